@@ -1,0 +1,64 @@
+# One command per workflow. `make test` and `make dev` bootstrap everything they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAGE ?= dev
+
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_CLI_TELEMETRY := true
+export AWS_EC2_METADATA_DISABLED := true
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: bootstrap test lint format typecheck pytest synth deps-layer deploy lock clean
+
+bootstrap: $(BIN)/.bootstrapped node_modules/.bootstrapped
+
+$(BIN)/.bootstrapped: requirements/dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements/dev.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+node_modules/.bootstrapped: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## The whole test suite: lint, types, unit + integration + infra tests.
+test: bootstrap lint typecheck pytest
+
+lint: bootstrap
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: bootstrap
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: bootstrap
+	$(BIN)/mypy cdk functions layers tests scripts
+
+pytest: bootstrap
+	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+
+## Synthesize the stage's template into cdk.out/ (no AWS account, network or Docker needed).
+synth: bootstrap
+	npx cdk synth --no-notices -q -c stage=$(STAGE)
+
+## Build the Lambda dependency layer with pip's cross-platform options (never Docker).
+deps-layer: bootstrap
+	$(BIN)/python scripts/build_deps_layer.py
+
+deploy: deps-layer
+	npx cdk deploy --no-notices -c stage=$(STAGE) -c requireDepsLayer=true
+
+## Re-pin requirements/dev.txt from requirements/dev.in in a throwaway venv.
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip && .lock-venv/bin/pip install --quiet -r requirements/dev.in
+	( echo "# Pinned by \`make lock\` from requirements/dev.in (pip freeze of a clean venv). Do not edit by hand."; \
+	  .lock-venv/bin/pip freeze ) > requirements/dev.txt
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -1,0 +1,10 @@
+"""The aijobs CDK app: `stacks/` composes, `constructs/` holds one construct per capability."""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+CODE_LAYER_DIR = REPO_ROOT / "layers" / "aijobs"
+DEPS_REQUIREMENTS = REPO_ROOT / "layers" / "deps" / "requirements.txt"
+# Written by scripts/build_deps_layer.py (never by Docker); absent until that script has run.
+DEPS_LAYER_BUILD_DIR = REPO_ROOT / "build" / "deps-layer"

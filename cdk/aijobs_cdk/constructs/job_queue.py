@@ -1,0 +1,93 @@
+"""One job kind: its SQS queue, its DLQ and its consumer function with a partial-batch mapping."""
+
+from __future__ import annotations
+
+from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name
+from aws_cdk import Duration
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.nag import acknowledge
+
+MAIN_QUEUE_RETENTION = Duration.days(4)
+# Longer than the main queue's, so a message keeps its history after it is dead-lettered.
+DLQ_RETENTION = Duration.days(14)
+CONSUMER_HANDLER = "queue_consumer.handler.handler"
+# The DLQ consumer only records and alerts; its queue visibility follows the same 6x rule.
+DLQ_CONSUMER_TIMEOUT = Duration.seconds(30)
+
+
+class JobQueue(Construct):
+    """The queue of one kind. Its consumer runs the shared dispatcher (`QUEUE_HANDLERS`)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        kind: str,
+        functions: LambdaDefaults,
+        environment: dict[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.kind = kind
+        name = queue_resource_name(config.stage, kind)
+        self.dlq = sqs.Queue(
+            self,
+            "Dlq",
+            queue_name=name + DLQ_SUFFIX,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=DLQ_RETENTION,
+            visibility_timeout=Duration.seconds(
+                6 * int(DLQ_CONSUMER_TIMEOUT.to_seconds()) + config.batch_window_seconds
+            ),
+        )
+        acknowledge(
+            self.dlq,
+            "AwsSolutions-SQS3",
+            "This queue is itself a dead-letter queue",
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            queue_name=name,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=MAIN_QUEUE_RETENTION,
+            visibility_timeout=Duration.seconds(config.visibility_timeout_seconds),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=config.max_receive_count),
+        )
+        self.consumer: lambda_.Function = functions.function(
+            self,
+            "Consumer",
+            handler=CONSUMER_HANDLER,
+            description=f"aijobs {config.stage} consumer of {kind}",
+            timeout=Duration.seconds(config.consumer_timeout_seconds),
+            memory_size=config.consumer_memory_mb,
+            # QUEUE_MAX_CONCURRENCY=1: see StageConfig.consumer_reserved_concurrency.
+            reserved_concurrency=config.consumer_reserved_concurrency,
+            environment={
+                **environment,
+                "QUEUE_NAME": kind,
+                "QUEUE_URL": self.queue.queue_url,
+                "DLQ_URL": self.dlq.queue_url,
+                "MAX_RETRIES": str(config.max_retries),
+            },
+        )
+        self.consumer.add_event_source(
+            event_sources.SqsEventSource(
+                self.queue,
+                batch_size=config.batch_size,
+                max_batching_window=Duration.seconds(config.batch_window_seconds),
+                report_batch_item_failures=True,
+                max_concurrency=config.esm_max_concurrency,
+            )
+        )
+        # Delayed re-sends (provider still running) go to its own queue; the attempt cap to its DLQ.
+        self.queue.grant_send_messages(self.consumer)
+        self.dlq.grant_send_messages(self.consumer)

@@ -1,0 +1,150 @@
+"""The one place that owns Lambda defaults: runtime, architecture, layers, logging, tracing, roles."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aijobs.observability import METRICS_NAMESPACE, service_name
+from aijobs.stage_config import StageConfig
+from aws_cdk import Annotations, Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from aijobs_cdk import CODE_LAYER_DIR, DEPS_LAYER_BUILD_DIR, DEPS_REQUIREMENTS, FUNCTIONS_DIR
+from aijobs_cdk.nag import acknowledge
+
+# The runtime the dependency layer is built for (scripts/build_deps_layer.py reads this too).
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+RUNTIME_PYTHON_VERSION = "3.14"
+ARCHITECTURE = lambda_.Architecture.ARM_64
+_ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.mypy_cache"]
+
+
+def deps_layer_is_built() -> bool:
+    return (DEPS_LAYER_BUILD_DIR / "python").is_dir()
+
+
+class LambdaDefaults(Construct):
+    """Creates every aijobs function with the same runtime, layers, logging and tracing.
+
+    Each function gets its own role (no managed policies) and its own log group with the stage's
+    retention; callers grant access with `grant_*` on the returned function.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: StageConfig, require_deps_layer: bool
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=_ASSET_EXCLUDES)
+        code_layer = lambda_.LayerVersion(
+            self,
+            "CodeLayer",
+            code=lambda_.Code.from_asset(str(CODE_LAYER_DIR), exclude=_ASSET_EXCLUDES),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="aijobs shared library (layers/aijobs/python/aijobs)",
+        )
+        self.layers = [self._deps_layer(require_deps_layer), code_layer]
+
+    def _deps_layer(self, require_built: bool) -> lambda_.LayerVersion:
+        if deps_layer_is_built():
+            code = lambda_.Code.from_asset(str(DEPS_LAYER_BUILD_DIR))
+        else:
+            # Synth and tests work without the build; a deploy must not (see README, "Deploy").
+            message = (
+                "dependency layer not built: run `make deps-layer` (pip cross-platform install, no Docker) "
+                "before deploying; this synth packages only its requirements file"
+            )
+            if require_built:
+                Annotations.of(self).add_error(message)
+            else:
+                Annotations.of(self).add_warning_v2("aijobs:depsLayerMissing", message)
+            code = lambda_.Code.from_asset(str(DEPS_REQUIREMENTS.parent))
+        return lambda_.LayerVersion(
+            self,
+            "DepsLayer",
+            code=code,
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="aijobs third-party dependencies (layers/deps/requirements.txt)",
+        )
+
+    def function(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: str,
+        description: str,
+        environment: Mapping[str, str],
+        timeout: Duration,
+        memory_size: int = 256,
+        reserved_concurrency: int | None = None,
+    ) -> lambda_.Function:
+        """A function whose code is `functions/<handler module>`; `handler` like `api.handler.handler`."""
+        log_group = logs.LogGroup(
+            scope,
+            f"{construct_id}Logs",
+            retention=log_retention(self._config.log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN if self._config.is_production else RemovalPolicy.DESTROY,
+        )
+        role = iam.Role(
+            scope,
+            f"{construct_id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"aijobs {self._config.stage} {construct_id}",
+        )
+        fn = lambda_.Function(
+            scope,
+            construct_id,
+            code=self._code,
+            handler=handler,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            layers=self.layers,
+            role=role,
+            description=description,
+            timeout=timeout,
+            memory_size=memory_size,
+            reserved_concurrent_executions=reserved_concurrency,
+            tracing=lambda_.Tracing.ACTIVE,
+            logging_format=lambda_.LoggingFormat.JSON,
+            application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+            system_log_level_v2=lambda_.SystemLogLevel.WARN,
+            log_group=log_group,
+            environment={
+                "STAGE": self._config.stage,
+                "POWERTOOLS_SERVICE_NAME": service_name(self._config.stage),
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **environment,
+            },
+        )
+        log_group.grant_write(role)
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM5[Resource::*]",
+            "X-Ray PutTraceSegments/PutTelemetryRecords support no resource-level permissions",
+        )
+        return fn
+
+
+# CloudWatch Logs accepts only these retention periods (days).
+_RETENTION_STEPS = [
+    (1, "ONE_DAY"), (3, "THREE_DAYS"), (5, "FIVE_DAYS"), (7, "ONE_WEEK"), (14, "TWO_WEEKS"),
+    (30, "ONE_MONTH"), (60, "TWO_MONTHS"), (90, "THREE_MONTHS"), (120, "FOUR_MONTHS"),
+    (150, "FIVE_MONTHS"), (180, "SIX_MONTHS"), (365, "ONE_YEAR"), (400, "THIRTEEN_MONTHS"),
+    (545, "EIGHTEEN_MONTHS"), (731, "TWO_YEARS"), (1096, "THREE_YEARS"), (1827, "FIVE_YEARS"),
+    (2192, "SIX_YEARS"), (2557, "SEVEN_YEARS"), (2922, "EIGHT_YEARS"), (3288, "NINE_YEARS"),
+    (3653, "TEN_YEARS"),
+]  # fmt: skip
+
+
+def log_retention(days: int) -> logs.RetentionDays:
+    """The shortest allowed CloudWatch retention that keeps logs at least `days` days."""
+    for step, name in _RETENTION_STEPS:
+        if step >= days:
+            return getattr(logs.RetentionDays, name)  # type: ignore[no-any-return]
+    return logs.RetentionDays.TEN_YEARS

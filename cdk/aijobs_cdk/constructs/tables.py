@@ -1,0 +1,63 @@
+"""DynamoDB: the meta table and the tenant shard tables. Access patterns: TABLES.md beside this file."""
+
+from __future__ import annotations
+
+from aijobs.stage_config import StageConfig
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+# Key and index names are part of the contract with the layer's store modules (TABLES.md).
+PK, SK = "pk", "sk"
+TTL_ATTRIBUTE = "ttl"
+SHARD_INDEXES = {
+    # A user's jobs of one status, newest first.
+    "by_user_status": ("gsi1pk", "gsi1sk"),
+    # Jobs of one kind and status ordered by last change: re-runs, sweeper, retention clean-up.
+    "by_kind_status": ("gsi2pk", "gsi2sk"),
+    # Items that fall due at a time (credit grants to expire, transactions past retention).
+    "by_due": ("gsi3pk", "gsi3sk"),
+}
+META_INDEXES = {
+    # Operator views across tenants (dead letters by kind, newest first).
+    "by_kind": ("gsi1pk", "gsi1sk"),
+}
+
+
+class Tables(Construct):
+    """Meta table (users -> shard, API keys, dynamic configuration, dead letters) and shard tables."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self.meta = self._table("Meta", META_INDEXES)
+        self.shards = [self._table(f"Shard{index}", SHARD_INDEXES) for index in range(config.shard_count)]
+
+    @property
+    def all_tables(self) -> list[dynamodb.Table]:
+        return [self.meta, *self.shards]
+
+    def _table(self, construct_id: str, indexes: dict[str, tuple[str, str]]) -> dynamodb.Table:
+        production = self._config.is_production
+        table = dynamodb.Table(
+            self,
+            construct_id,
+            partition_key=dynamodb.Attribute(name=PK, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=SK, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            deletion_protection=production,
+            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
+            time_to_live_attribute=TTL_ATTRIBUTE,
+        )
+        for index_name, (pk, sk) in indexes.items():
+            table.add_global_secondary_index(
+                index_name=index_name,
+                partition_key=dynamodb.Attribute(name=pk, type=dynamodb.AttributeType.STRING),
+                sort_key=dynamodb.Attribute(name=sk, type=dynamodb.AttributeType.STRING),
+                projection_type=dynamodb.ProjectionType.ALL,
+            )
+        return table

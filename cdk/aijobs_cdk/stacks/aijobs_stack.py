@@ -1,0 +1,135 @@
+"""The aijobs stack: composes the constructs of one stage and creates nothing itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aijobs.stage_config import StageConfig
+from aws_cdk import CfnOutput, Duration, Fn, Stack
+from aws_cdk import aws_apigatewayv2 as apigw
+from constructs import Construct
+
+from aijobs_cdk.constructs.alerts import Alerts
+from aijobs_cdk.constructs.api import Api
+from aijobs_cdk.constructs.dead_letters import DeadLetters
+from aijobs_cdk.constructs.job_queue import JobQueue
+from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.constructs.schedules import Schedules
+from aijobs_cdk.constructs.storage import INPUTS_PREFIX, RESULTS_PREFIX, JobStorage
+from aijobs_cdk.constructs.tables import Tables
+from aijobs_cdk.nag import acknowledge_grant_wildcards
+
+API_HANDLER = "api.handler.handler"
+CRON_HANDLER = "cron_dispatcher.handler.handler"
+
+
+class AijobsStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        require_deps_layer: bool = False,
+        authorizer: apigw.IHttpRouteAuthorizer | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        functions = LambdaDefaults(self, "Functions", config=config, require_deps_layer=require_deps_layer)
+        tables = Tables(self, "Tables", config=config)
+        storage = JobStorage(self, "Storage", config=config)
+        alerts = Alerts(self, "Alerts", config=config)
+
+        table_env = {
+            "META_TABLE_NAME": tables.meta.table_name,
+            "SHARD_TABLE_NAMES": Fn.join(",", [shard.table_name for shard in tables.shards]),
+        }
+        alert_env = {"ALERT_TOPIC_ARN": alerts.topic.topic_arn}
+
+        queues = [
+            JobQueue(
+                self,
+                f"Queue-{kind}",
+                config=config,
+                kind=kind,
+                functions=functions,
+                environment={**table_env, **alert_env, "BUCKET_NAME": storage.bucket.bucket_name},
+            )
+            for kind in config.queue_names
+        ]
+        queue_env = {
+            "QUEUE_NAMES": ";".join(config.queue_names),
+            **{config.bindings[q.kind]: q.queue.queue_url for q in queues},
+        }
+
+        producer = functions.function(
+            self,
+            "ApiFunction",
+            handler=API_HANDLER,
+            description=f"aijobs {config.stage} HTTP API (producer)",
+            timeout=Duration.seconds(15),
+            environment={
+                **table_env,
+                **queue_env,
+                "BUCKET_NAME": storage.bucket.bucket_name,
+                "MAX_INLINE_INPUT_BYTES": str(config.max_inline_input_bytes),
+            },
+        )
+        api = Api(self, "Api", config=config, producer=producer, authorizer=authorizer)
+        dead_letters = DeadLetters(
+            self, "DeadLetters", config=config, queues=queues, functions=functions,
+            environment={**table_env, **alert_env},
+        )  # fmt: skip
+        dispatcher = functions.function(
+            self,
+            "CronDispatcher",
+            handler=CRON_HANDLER,
+            description=f"aijobs {config.stage} cron dispatcher",
+            timeout=Duration.minutes(5),
+            environment={**table_env, **alert_env, **queue_env},
+        )
+        # A failed run is not retried by Lambda: the next scheduled run is the retry, and the
+        # failure itself alerts (a retry would repeat the alert, not the fix).
+        dispatcher.configure_async_invoke(retry_attempts=0)
+        Schedules(self, "Schedules", config=config, dispatcher=dispatcher)
+
+        # Grants: each function gets what its role needs, through grant_* only.
+        for job_queue in queues:
+            alerts.watch_queue(job_queue.kind, job_queue.queue)
+            job_queue.queue.grant_send_messages(producer)
+            job_queue.queue.grant_send_messages(dispatcher)
+        for fn in (producer, dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
+            for shard in tables.shards:
+                shard.grant_read_write_data(fn)
+        for fn in (producer, dispatcher, *(q.consumer for q in queues)):
+            tables.meta.grant_read_data(fn)
+        # The operator-visible dead-letter list lives in the meta table.
+        tables.meta.grant_read_write_data(dead_letters.consumer)
+        for fn in (dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
+            alerts.topic.grant_publish(fn)
+        # Producer: uploads inputs, reads results. Consumers: read inputs, write results.
+        storage.bucket.grant_put(producer, f"{INPUTS_PREFIX}*")
+        storage.bucket.grant_read(producer, f"{RESULTS_PREFIX}*")
+        for job_queue in queues:
+            storage.bucket.grant_read(job_queue.consumer, f"{INPUTS_PREFIX}*")
+            storage.bucket.grant_read_write(job_queue.consumer, f"{RESULTS_PREFIX}*")
+        for fn in (producer, *(q.consumer for q in queues)):
+            acknowledge_grant_wildcards(
+                fn,
+                tables=tables.all_tables,
+                bucket=storage.bucket,
+                bucket_prefixes=(INPUTS_PREFIX, RESULTS_PREFIX),
+            )
+        for fn in (dead_letters.consumer, dispatcher):
+            acknowledge_grant_wildcards(fn, tables=tables.all_tables)
+
+        CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the HTTP API")
+        CfnOutput(self, "MetaTableName", value=tables.meta.table_name)
+        CfnOutput(self, "ShardTableNames", value=table_env["SHARD_TABLE_NAMES"])
+        CfnOutput(self, "BucketName", value=storage.bucket.bucket_name)
+        CfnOutput(self, "AlertTopicArn", value=alerts.topic.topic_arn)
+        CfnOutput(self, "QueueNames", value=queue_env["QUEUE_NAMES"] or "-")
+        for job_queue in queues:
+            binding = config.bindings[job_queue.kind]
+            CfnOutput(self, f"QueueUrl{binding}", value=job_queue.queue.queue_url)
+            CfnOutput(self, f"DlqUrl{binding}", value=job_queue.dlq.queue_url)

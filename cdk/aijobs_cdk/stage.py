@@ -1,0 +1,27 @@
+"""Load a stage's configuration: `.env.<stage>` overlaid with the same keys from CDK context."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from aijobs.stage_config import KNOWN_KEYS, ConfigError, StageConfig, parse_stage_config
+from dotenv import dotenv_values
+
+from aijobs_cdk import REPO_ROOT
+
+DEFAULT_STAGE = "dev"
+
+
+def load_stage_config(
+    stage: str, context: Mapping[str, object] | None = None, env_dir: Path = REPO_ROOT
+) -> StageConfig:
+    """Read `.env.<stage>`; a context value for a known key (`-c QUEUE_NAMES=...`) wins over the file."""
+    env_file = env_dir / f".env.{stage}"
+    if not env_file.is_file():
+        raise ConfigError(f"stage {stage!r} has no configuration file {env_file.name} in {env_dir}")
+    values: dict[str, str | None] = dict(dotenv_values(env_file))
+    for key, value in (context or {}).items():
+        if key in KNOWN_KEYS and value is not None:
+            values[key] = str(value)
+    return parse_stage_config(stage, values)

@@ -1,0 +1,20 @@
+"""CDK entry point (`cdk.json` runs this). Stage: `-c stage=prod`, default `dev`."""
+
+from __future__ import annotations
+
+import sys
+
+from aijobs.stage_config import ConfigError
+from aijobs_cdk.app_factory import build_app
+
+
+def main() -> None:
+    try:
+        app, _stack, _config = build_app()
+    except ConfigError as error:
+        sys.exit(f"aijobs: invalid stage configuration: {error}")
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Lambda entry point; filled by the job lifecycle work."""

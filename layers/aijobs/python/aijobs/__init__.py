@@ -1,0 +1,5 @@
+"""aijobs: the shared library of the aijobs Lambda functions, shipped as a Lambda layer.
+
+Modules at the package root (settings, stage_config, cron, observability) are imported by
+everything else and import nothing from the layers above them.
+"""

@@ -1,0 +1,107 @@
+"""Typed runtime settings, one model per function, read from the environment once per container.
+
+The CDK app sets exactly these variables (an infra test validates every function's environment
+against its model), so a missing variable fails at cold start instead of falling back silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from aijobs.stage_config import binding_name, split_list
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    stage: str = Field(validation_alias="STAGE", min_length=1)
+    meta_table_name: str = Field(validation_alias="META_TABLE_NAME", min_length=1)
+    shard_table_names: tuple[str, ...] = Field(validation_alias="SHARD_TABLE_NAMES", min_length=1)
+
+    @field_validator("shard_table_names", mode="before")
+    @classmethod
+    def _split_shards(cls, value: Any) -> Any:
+        return (
+            tuple(part.strip() for part in value.split(",") if part.strip())
+            if isinstance(value, str)
+            else value
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
+        return cls.model_validate(dict(os.environ if env is None else env))
+
+
+class _QueueSettings(_Settings):
+    """Settings of functions that send to the job queues: names plus one URL per binding."""
+
+    queue_names: tuple[str, ...] = Field(validation_alias="QUEUE_NAMES")
+    queue_urls: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_queue_urls(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        names = split_list(data.get("QUEUE_NAMES"))
+        missing = [binding_name(name) for name in names if not data.get(binding_name(name))]
+        if missing:
+            raise ValueError(f"queue URL variables missing: {missing}")
+        return {
+            **data,
+            "QUEUE_NAMES": names,
+            "queue_urls": {name: data[binding_name(name)] for name in names},
+        }
+
+
+class ApiSettings(_QueueSettings):
+    """The HTTP API (producer) function."""
+
+    bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
+    max_inline_input_bytes: int = Field(validation_alias="MAX_INLINE_INPUT_BYTES", gt=0)
+
+
+class ConsumerSettings(_QueueSettings):
+    """A queue consumer function (one per job kind, all running the same dispatcher)."""
+
+    bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
+    max_retries: int = Field(validation_alias="MAX_RETRIES", ge=0)
+    dlq_url: str = Field(validation_alias="DLQ_URL", min_length=1)
+    alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
+
+
+class DlqSettings(_Settings):
+    """The dead-letter consumer."""
+
+    alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
+
+
+class CronSettings(_QueueSettings):
+    """The cron dispatcher (its jobs may re-queue work, so it knows the queues)."""
+
+    alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
+
+
+@cache
+def api_settings() -> ApiSettings:
+    return ApiSettings.from_env()
+
+
+@cache
+def consumer_settings() -> ConsumerSettings:
+    return ConsumerSettings.from_env()
+
+
+@cache
+def dlq_settings() -> DlqSettings:
+    return DlqSettings.from_env()
+
+
+@cache
+def cron_settings() -> CronSettings:
+    return CronSettings.from_env()

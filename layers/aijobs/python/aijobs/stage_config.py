@@ -1,0 +1,255 @@
+"""Stage configuration: the keys of `.env.<stage>` and the rules that derive infrastructure from them.
+
+One source of truth for the CDK app, the local stack and the functions: queue names and their
+binding names, queue and retry tuning, crons. Parsing never touches AWS; every error names the
+key and the entry at fault so `cdk synth` fails with a message a person can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aijobs.cron import CronError, CronExpression, parse_cron
+
+APP_NAME = "aijobs"
+SQS_QUEUE_NAME_MAX = 80
+DLQ_SUFFIX = "-dlq"
+# SQS caps a queue's visibility timeout at 12 hours.
+SQS_VISIBILITY_MAX_SECONDS = 12 * 60 * 60
+# Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
+ESM_MAX_CONCURRENCY_MIN = 2
+ESM_MAX_CONCURRENCY_MAX = 1000
+# With reserved concurrency 1 the event-source mapping's pollers still invoke in parallel; the
+# throttled batches go back to the queue and each throttle spends a receive. These extra receives
+# keep throttles from pushing healthy messages into the DLQ; the attempt budget on the job row
+# still caps real attempts (see README, "QUEUE_MAX_CONCURRENCY=1").
+THROTTLE_RECEIVE_HEADROOM = 5
+
+_QUEUE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+_STAGE_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+class ConfigError(ValueError):
+    """Invalid stage configuration; the message names the key and the bad entry."""
+
+
+@dataclass(frozen=True)
+class _IntKey:
+    default: int
+    low: int
+    high: int
+    doc: str
+
+
+# Integer keys with their defaults and bounds. Deployed defaults follow DESIGN.md.
+INT_KEYS: dict[str, _IntKey] = {
+    "MAX_RETRIES": _IntKey(3, 0, 10, "automatic retries after the first attempt, then the DLQ"),
+    "BATCH_SIZE": _IntKey(5, 1, 10, "records per consumer invocation"),
+    "BATCH_WINDOW_SECONDS": _IntKey(10, 0, 300, "how long the event-source mapping gathers a batch"),
+    "CONSUMER_TIMEOUT_SECONDS": _IntKey(60, 3, 900, "queue consumer Lambda timeout"),
+    "CONSUMER_MEMORY_MB": _IntKey(512, 128, 10240, "queue consumer Lambda memory"),
+    "SHARD_COUNT": _IntKey(1, 1, 32, "tenant shard tables"),
+    "LOG_RETENTION_DAYS": _IntKey(30, 1, 3653, "CloudWatch Logs retention of every function"),
+    "RESULT_RETENTION_DAYS": _IntKey(30, 1, 3650, "S3 lifecycle expiry of job results"),
+    "INPUT_RETENTION_DAYS": _IntKey(7, 1, 3650, "S3 lifecycle expiry of uploaded job inputs"),
+    "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest input stored on the job row"),
+    "API_THROTTLE_RATE": _IntKey(50, 1, 10_000, "HTTP API steady-state requests per second"),
+    "API_THROTTLE_BURST": _IntKey(100, 1, 10_000, "HTTP API burst"),
+}
+LIST_KEYS = ("QUEUE_NAMES", "CRONS")
+OPTIONAL_KEYS = ("QUEUE_MAX_CONCURRENCY", "ALERT_EMAIL")
+KNOWN_KEYS = frozenset(INT_KEYS) | frozenset(LIST_KEYS) | frozenset(OPTIONAL_KEYS)
+
+
+def split_list(raw: str | None) -> tuple[str, ...]:
+    """Split a semicolon-separated value: entries trimmed, empties dropped, duplicates removed in order."""
+    seen: dict[str, None] = {}
+    for entry in (raw or "").split(";"):
+        entry = entry.strip()
+        if entry:
+            seen.setdefault(entry, None)
+    return tuple(seen)
+
+
+def binding_name(queue_name: str) -> str:
+    """`tts-generate` -> `Q_TTS_GENERATE`: the environment variable that holds the queue URL."""
+    return "Q_" + re.sub(r"[^A-Z0-9]", "_", queue_name.upper())
+
+
+def check_unique_bindings(queue_names: tuple[str, ...]) -> None:
+    """Two queue names that map to one binding would silently share a queue URL: refuse them."""
+    owners: dict[str, str] = {}
+    for name in queue_names:
+        binding = binding_name(name)
+        if binding in owners:
+            raise ConfigError(
+                f"QUEUE_NAMES: {owners[binding]!r} and {name!r} both map to binding {binding}; rename one"
+            )
+        owners[binding] = name
+
+
+def resource_prefix(stage: str) -> str:
+    return f"{APP_NAME}-{stage}"
+
+
+def queue_resource_name(stage: str, queue_name: str) -> str:
+    """The SQS queue name of a job kind on a stage; the DLQ adds `-dlq`."""
+    return f"{resource_prefix(stage)}-{queue_name}"
+
+
+def queue_name_from_resource(stage: str, resource_name: str) -> str | None:
+    """Invert `queue_resource_name` (used on `eventSourceARN`); None for another stage's queue."""
+    prefix = resource_prefix(stage) + "-"
+    if not resource_name.startswith(prefix):
+        return None
+    return resource_name[len(prefix) :] or None
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Everything a stage is built from. Derived values are properties so they cannot drift."""
+
+    stage: str
+    queue_names: tuple[str, ...]
+    crons: tuple[CronExpression, ...]
+    queue_max_concurrency: int | None
+    alert_email: str | None
+    max_retries: int
+    batch_size: int
+    batch_window_seconds: int
+    consumer_timeout_seconds: int
+    consumer_memory_mb: int
+    shard_count: int
+    log_retention_days: int
+    result_retention_days: int
+    input_retention_days: int
+    max_inline_input_bytes: int
+    api_throttle_rate: int
+    api_throttle_burst: int
+
+    @property
+    def is_production(self) -> bool:
+        return self.stage == "prod"
+
+    @property
+    def bindings(self) -> dict[str, str]:
+        """Queue name -> binding name (`Q_...`)."""
+        return {name: binding_name(name) for name in self.queue_names}
+
+    @property
+    def max_receive_count(self) -> int:
+        """Receives before SQS moves a message to the DLQ: the first attempt plus the retries,
+        plus throttle headroom when the consumer is limited by reserved concurrency."""
+        headroom = THROTTLE_RECEIVE_HEADROOM if self.consumer_reserved_concurrency else 0
+        return self.max_retries + 1 + headroom
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        """AWS guidance for SQS-triggered Lambdas: at least 6 x the function timeout + the window."""
+        return 6 * self.consumer_timeout_seconds + self.batch_window_seconds
+
+    @property
+    def esm_max_concurrency(self) -> int | None:
+        """`MaximumConcurrency` on each consumer's event-source mapping (None: unlimited or 1)."""
+        if self.queue_max_concurrency is None or self.queue_max_concurrency < ESM_MAX_CONCURRENCY_MIN:
+            return None
+        return self.queue_max_concurrency
+
+    @property
+    def consumer_reserved_concurrency(self) -> int | None:
+        """`QUEUE_MAX_CONCURRENCY=1` cannot be a MaximumConcurrency (minimum 2), so it becomes
+        reserved concurrency 1 on the consumer function."""
+        return 1 if self.queue_max_concurrency == 1 else None
+
+
+def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageConfig:
+    """Validate the raw key/value pairs of one stage (from `.env.<stage>` and CDK context)."""
+    if not _STAGE_NAME.match(stage):
+        raise ConfigError(f"stage {stage!r} must be 1-10 lowercase letters/digits starting with a letter")
+    unknown = sorted(set(values) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown configuration keys {unknown}; known keys: {sorted(KNOWN_KEYS)}")
+
+    queue_names = split_list(values.get("QUEUE_NAMES"))
+    for name in queue_names:
+        _check_queue_name(stage, name)
+    check_unique_bindings(queue_names)
+
+    crons: list[CronExpression] = []
+    for text in split_list(values.get("CRONS")):
+        try:
+            crons.append(parse_cron(text))
+        except CronError as error:
+            raise ConfigError(f"CRONS: {error}") from error
+
+    ints = {key.lower(): _int(values, key, spec) for key, spec in INT_KEYS.items()}
+    config = StageConfig(
+        stage=stage,
+        queue_names=queue_names,
+        crons=tuple(crons),
+        queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
+        alert_email=_email(values.get("ALERT_EMAIL")),
+        **ints,
+    )
+    if config.batch_size > 10 and config.batch_window_seconds < 1:
+        raise ConfigError("BATCH_SIZE above 10 needs BATCH_WINDOW_SECONDS of at least 1")
+    if config.visibility_timeout_seconds > SQS_VISIBILITY_MAX_SECONDS:
+        raise ConfigError(
+            f"CONSUMER_TIMEOUT_SECONDS={config.consumer_timeout_seconds} needs a visibility timeout of "
+            f"{config.visibility_timeout_seconds}s (6 x timeout + window), above the SQS maximum of "
+            f"{SQS_VISIBILITY_MAX_SECONDS}s"
+        )
+    return config
+
+
+def _check_queue_name(stage: str, name: str) -> None:
+    if not _QUEUE_NAME.match(name):
+        raise ConfigError(
+            f"QUEUE_NAMES: {name!r} must be lowercase letters, digits and hyphens "
+            "(not starting or ending with a hyphen)"
+        )
+    longest = queue_resource_name(stage, name) + DLQ_SUFFIX
+    if len(longest) > SQS_QUEUE_NAME_MAX:
+        budget = SQS_QUEUE_NAME_MAX - len(queue_resource_name(stage, "") + DLQ_SUFFIX)
+        raise ConfigError(
+            f"QUEUE_NAMES: {name!r} is too long: its DLQ would be named {longest!r} "
+            f"({len(longest)} characters, SQS allows {SQS_QUEUE_NAME_MAX}); "
+            f"keep queue names to {budget} characters on stage {stage!r}"
+        )
+
+
+def _int(values: Mapping[str, str | None], key: str, spec: _IntKey) -> int:
+    raw = (values.get(key) or "").strip()
+    if not raw:
+        return spec.default
+    try:
+        number = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a whole number") from None
+    if not spec.low <= number <= spec.high:
+        raise ConfigError(f"{key}={number} is outside {spec.low}-{spec.high}")
+    return number
+
+
+def _max_concurrency(raw: str | None) -> int | None:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= ESM_MAX_CONCURRENCY_MAX:
+        raise ConfigError(
+            f"QUEUE_MAX_CONCURRENCY={text!r} must be empty (no limit) or a whole number from 1 to "
+            f"{ESM_MAX_CONCURRENCY_MAX}"
+        )
+    return int(text)
+
+
+def _email(raw: str | None) -> str | None:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    if not _EMAIL.match(text):
+        raise ConfigError(f"ALERT_EMAIL={text!r} is not an e-mail address")
+    return text
