@@ -10,6 +10,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import IConstruct
 
+NAG_PLUGIN = "AwsSolutions"
 # Action wildcards that `Bucket.grant_read` / `grant_put` / `grant_read_write` write into policies.
 S3_GRANT_ACTION_WILDCARDS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:Abort*", "s3:DeleteObject*")
 
@@ -18,7 +19,8 @@ def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
     """Acknowledge one cdk-nag finding (`AwsSolutions-IAM5[Resource::*]` style ids) on a construct."""
     if not reason.strip():
         raise ValueError(f"acknowledging {rule} needs a reason")
-    cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+    # "<plugin>::<rule>" is how the CDK validation report names cdk-nag's findings.
+    cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=f"{NAG_PLUGIN}::{rule}", reason=reason))
 
 
 def acknowledge_grant_wildcards(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from aijobs.stage_config import binding_name, split_list
 
 
-class _Settings(BaseModel):
+class FunctionSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     stage: str = Field(validation_alias="STAGE", min_length=1)
@@ -37,7 +37,7 @@ class _Settings(BaseModel):
         return cls.model_validate(dict(os.environ if env is None else env))
 
 
-class _QueueSettings(_Settings):
+class _QueueSettings(FunctionSettings):
     """Settings of functions that send to the job queues: names plus one URL per binding."""
 
     queue_names: tuple[str, ...] = Field(validation_alias="QUEUE_NAMES")
@@ -66,16 +66,18 @@ class ApiSettings(_QueueSettings):
     max_inline_input_bytes: int = Field(validation_alias="MAX_INLINE_INPUT_BYTES", gt=0)
 
 
-class ConsumerSettings(_QueueSettings):
-    """A queue consumer function (one per job kind, all running the same dispatcher)."""
+class ConsumerSettings(FunctionSettings):
+    """A queue consumer function: one per job kind, each running the shared dispatcher."""
 
+    queue_name: str = Field(validation_alias="QUEUE_NAME", min_length=1)
+    queue_url: str = Field(validation_alias="QUEUE_URL", min_length=1)
+    dlq_url: str = Field(validation_alias="DLQ_URL", min_length=1)
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_retries: int = Field(validation_alias="MAX_RETRIES", ge=0)
-    dlq_url: str = Field(validation_alias="DLQ_URL", min_length=1)
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
 
 
-class DlqSettings(_Settings):
+class DlqSettings(FunctionSettings):
     """The dead-letter consumer."""
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)

@@ -1,0 +1,23 @@
+"""Suite-wide guard: no test may reach a real AWS account."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fake_aws_credentials() -> None:
+    for key in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL"):
+        os.environ.pop(key, None)
+    os.environ.update(_FAKE_AWS)
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")

@@ -1,0 +1,56 @@
+"""Small readers over a synthesized CloudFormation template (plain dicts)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from aijobs.stage_config import StageConfig
+from aws_cdk.assertions import Template
+
+from aijobs_cdk import REPO_ROOT
+from aijobs_cdk.stacks.aijobs_stack import AijobsStack
+
+
+@dataclass
+class Synth:
+    app: cdk.App
+    stack: AijobsStack
+    config: StageConfig
+    template: Template
+    json: dict[str, Any]
+    outdir: Path
+
+    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {
+            logical_id: resource
+            for logical_id, resource in self.json["Resources"].items()
+            if resource["Type"] == resource_type
+        }
+
+    def props(self, logical_id: str) -> dict[str, Any]:
+        properties: dict[str, Any] = self.json["Resources"][logical_id].get("Properties", {})
+        return properties
+
+    def functions_by_handler(self, handler: str) -> dict[str, dict[str, Any]]:
+        return {
+            logical_id: resource["Properties"]
+            for logical_id, resource in self.resources("AWS::Lambda::Function").items()
+            if resource["Properties"].get("Handler") == handler
+        }
+
+
+def cli_context(overrides: dict[str, object]) -> dict[str, object]:
+    """The context `npx cdk synth -c key=value` passes: cdk.json's context (feature flags) + overrides."""
+    base: dict[str, object] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    return {**base, **overrides}
+
+
+def target_id(reference: Any) -> str:
+    """The logical id behind `{"Ref": id}` or `{"Fn::GetAtt": [id, attr]}`."""
+    if "Ref" in reference:
+        return str(reference["Ref"])
+    return str(reference["Fn::GetAtt"][0])

@@ -1,0 +1,104 @@
+"""Lambda defaults, each function's environment against its settings model, and IAM scope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
+
+from tests.infra.template import Synth, target_id
+
+pytestmark = pytest.mark.infra
+
+SETTINGS_BY_HANDLER: dict[str, type[FunctionSettings]] = {
+    "api.handler.handler": ApiSettings,
+    "queue_consumer.handler.handler": ConsumerSettings,
+    "dlq_consumer.handler.handler": DlqSettings,
+    "cron_dispatcher.handler.handler": CronSettings,
+}
+# X-Ray has no resource-level permissions; nothing else may use a bare "*".
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+
+
+def _resolved_environment(props: dict[str, Any]) -> dict[str, str]:
+    """Function environment with CloudFormation intrinsics replaced by a placeholder string."""
+    variables = props["Environment"]["Variables"]
+    return {key: value if isinstance(value, str) else f"<resolved {key}>" for key, value in variables.items()}
+
+
+@pytest.mark.parametrize("fixture", ["dev", "capped", "single_consumer"])
+def test_every_function_environment_satisfies_its_settings_model(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synth = request.getfixturevalue(fixture)
+    functions = synth.resources("AWS::Lambda::Function")
+    handlers = {props["Properties"]["Handler"] for props in functions.values()}
+    assert handlers == set(SETTINGS_BY_HANDLER), (
+        "a function without a settings model, or a model without a function"
+    )
+    for logical_id, resource in functions.items():
+        props = resource["Properties"]
+        model = SETTINGS_BY_HANDLER[props["Handler"]]
+        settings = model.from_env(_resolved_environment(props))
+        assert settings.stage == synth.config.stage, logical_id
+
+
+def test_api_settings_get_one_queue_url_per_configured_kind(dev: Synth) -> None:
+    (props,) = dev.functions_by_handler("api.handler.handler").values()
+    settings = ApiSettings.from_env(_resolved_environment(props))
+    assert set(settings.queue_urls) == set(dev.config.queue_names)
+    for kind, binding in dev.config.bindings.items():
+        assert target_id(props["Environment"]["Variables"][binding]) in dev.json["Resources"], kind
+
+
+def test_settings_model_rejects_an_environment_missing_a_queue_url(dev: Synth) -> None:
+    (props,) = dev.functions_by_handler("api.handler.handler").values()
+    env = _resolved_environment(props)
+    del env["Q_SUMMARY"]
+    with pytest.raises(ValueError, match="Q_SUMMARY"):
+        ApiSettings.from_env(env)
+
+
+def test_functions_share_one_set_of_defaults(dev: Synth) -> None:
+    functions = dev.resources("AWS::Lambda::Function")
+    assert len(functions) == len(dev.config.queue_names) + 3
+    for logical_id, resource in functions.items():
+        props = resource["Properties"]
+        runtime = props["Runtime"]
+        assert runtime.startswith("python3.") and int(runtime.split(".")[1]) >= 12, logical_id
+        assert props["Architectures"] == ["arm64"]
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert props["LoggingConfig"]["LogFormat"] == "JSON"
+        assert len(props["Layers"]) == 2  # third-party deps + the aijobs code layer
+        env = props["Environment"]["Variables"]
+        assert env["POWERTOOLS_SERVICE_NAME"] == "aijobs-dev"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "aijobs"
+        log_group = dev.props(target_id(props["LoggingConfig"]["LogGroup"]))
+        assert log_group["RetentionInDays"] == 14  # LOG_RETENTION_DAYS=14 in .env.dev
+
+
+def test_each_function_has_its_own_role_without_managed_policies(dev: Synth) -> None:
+    roles = [target_id(r["Properties"]["Role"]) for r in dev.resources("AWS::Lambda::Function").values()]
+    assert len(set(roles)) == len(roles)
+    for role_id in roles:
+        assert "ManagedPolicyArns" not in dev.props(role_id)
+
+
+def test_no_policy_grants_a_bare_wildcard_except_xray(dev: Synth) -> None:
+    for logical_id, policy in dev.resources("AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = (
+                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            )
+            assert "*" not in actions, logical_id
+            if "*" in resources:
+                assert set(actions) <= XRAY_ACTIONS, (logical_id, actions)
+
+
+def test_cron_dispatcher_is_not_retried_by_lambda(dev: Synth) -> None:
+    (config,) = dev.resources("AWS::Lambda::EventInvokeConfig").values()
+    assert config["Properties"]["MaximumRetryAttempts"] == 0
+    (dispatcher_id,) = dev.functions_by_handler("cron_dispatcher.handler.handler")
+    assert config["Properties"]["FunctionName"] == {"Ref": dispatcher_id}

@@ -1,0 +1,120 @@
+"""Per-kind queues: partial-batch mappings, redrive, visibility and retention rules."""
+
+from __future__ import annotations
+
+import pytest
+from aijobs.stage_config import THROTTLE_RECEIVE_HEADROOM, queue_resource_name
+
+from tests.infra.template import Synth, target_id
+
+pytestmark = pytest.mark.infra
+
+
+def _main_queues(synth: Synth) -> dict[str, dict]:
+    return {
+        logical_id: resource["Properties"]
+        for logical_id, resource in synth.resources("AWS::SQS::Queue").items()
+        if "RedrivePolicy" in resource["Properties"]
+    }
+
+
+def test_every_event_source_mapping_reports_batch_item_failures(dev: Synth) -> None:
+    mappings = dev.resources("AWS::Lambda::EventSourceMapping")
+    # One consumer mapping per queue and one DLQ-consumer mapping per DLQ.
+    assert len(mappings) == 2 * len(dev.config.queue_names)
+    for logical_id, mapping in mappings.items():
+        assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"], logical_id
+
+
+def test_each_configured_queue_has_a_queue_and_dlq_named_for_the_stage(dev: Synth) -> None:
+    names = {
+        props["QueueName"] for props in (r["Properties"] for r in dev.resources("AWS::SQS::Queue").values())
+    }
+    for kind in ("image-generate", "tts-generate", "video-generate", "summary", "embedding"):
+        assert queue_resource_name("dev", kind) in names
+        assert queue_resource_name("dev", kind) + "-dlq" in names
+
+
+def test_redrive_sends_to_the_kinds_own_dlq_after_max_retries_plus_one(dev: Synth) -> None:
+    queues = _main_queues(dev)
+    assert len(queues) == len(dev.config.queue_names)
+    for props in queues.values():
+        redrive = props["RedrivePolicy"]
+        assert redrive["maxReceiveCount"] == dev.config.max_retries + 1 == 4
+        dlq = dev.props(target_id(redrive["deadLetterTargetArn"]))
+        assert dlq["QueueName"] == props["QueueName"] + "-dlq"
+
+
+def test_max_retries_setting_drives_max_receive_count(capped: Synth) -> None:
+    for props in _main_queues(capped).values():
+        assert props["RedrivePolicy"]["maxReceiveCount"] == 3
+
+
+def test_consumer_mapping_uses_the_article_defaults(dev: Synth) -> None:
+    for queue_id in _main_queues(dev):
+        (mapping,) = [
+            m["Properties"]
+            for m in dev.resources("AWS::Lambda::EventSourceMapping").values()
+            if target_id(m["Properties"]["EventSourceArn"]) == queue_id
+        ]
+        assert mapping["BatchSize"] == 5
+        assert mapping["MaximumBatchingWindowInSeconds"] == 10
+        assert "ScalingConfig" not in mapping  # QUEUE_MAX_CONCURRENCY is empty in .env.dev
+
+
+@pytest.mark.parametrize("fixture", ["dev", "capped", "single_consumer"])
+def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout_plus_window(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synth = request.getfixturevalue(fixture)
+    mappings = synth.resources("AWS::Lambda::EventSourceMapping").values()
+    checked = 0
+    for mapping in mappings:
+        props = mapping["Properties"]
+        queue = synth.props(target_id(props["EventSourceArn"]))
+        function = synth.props(target_id(props["FunctionName"]))
+        window = props.get("MaximumBatchingWindowInSeconds", 0)
+        assert queue["VisibilityTimeout"] >= 6 * function["Timeout"] + window, queue["QueueName"]
+        checked += 1
+    assert checked == 2 * len(synth.config.queue_names)
+
+
+def test_dlq_keeps_messages_14_days_longer_than_the_main_queue(dev: Synth) -> None:
+    for props in _main_queues(dev).values():
+        dlq = dev.props(target_id(props["RedrivePolicy"]["deadLetterTargetArn"]))
+        assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+        assert dlq["MessageRetentionPeriod"] > props["MessageRetentionPeriod"]
+
+
+def test_all_queues_are_encrypted_and_refuse_plain_http(dev: Synth) -> None:
+    queues = dev.resources("AWS::SQS::Queue")
+    for props in (q["Properties"] for q in queues.values()):
+        assert props["SqsManagedSseEnabled"] is True
+    tls_protected = set()
+    for policy in dev.resources("AWS::SQS::QueuePolicy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Deny" and statement["Condition"] == {
+                "Bool": {"aws:SecureTransport": "false"}
+            }:
+                tls_protected.update(target_id(ref) for ref in policy["Properties"]["Queues"])
+    assert tls_protected == set(queues)
+
+
+def test_max_concurrency_is_set_on_each_consumer_mapping(capped: Synth) -> None:
+    consumer_mappings = [
+        m["Properties"]
+        for m in capped.resources("AWS::Lambda::EventSourceMapping").values()
+        if not capped.props(target_id(m["Properties"]["EventSourceArn"]))["QueueName"].endswith("-dlq")
+    ]
+    assert len(consumer_mappings) == 2  # "summary; embedding ;summary" trimmed and de-duplicated
+    for props in consumer_mappings:
+        assert props["ScalingConfig"] == {"MaximumConcurrency": 5}
+
+
+def test_concurrency_one_becomes_reserved_concurrency_with_throttle_headroom(single_consumer: Synth) -> None:
+    consumers = single_consumer.functions_by_handler("queue_consumer.handler.handler")
+    assert [props["ReservedConcurrentExecutions"] for props in consumers.values()] == [1]
+    for mapping in single_consumer.resources("AWS::Lambda::EventSourceMapping").values():
+        assert "ScalingConfig" not in mapping["Properties"]
+    (queue,) = _main_queues(single_consumer).values()
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == 3 + 1 + THROTTLE_RECEIVE_HEADROOM

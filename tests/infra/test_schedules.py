@@ -1,0 +1,47 @@
+"""EventBridge Scheduler schedules generated from CRONS, all pointing at the one dispatcher."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aijobs_cdk.constructs.schedules import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME
+from tests.infra.template import Synth, target_id
+
+pytestmark = pytest.mark.infra
+
+
+def _schedules(synth: Synth) -> dict[str, dict]:
+    by_cron = {}
+    for resource in synth.resources("AWS::Scheduler::Schedule").values():
+        props = resource["Properties"]
+        payload = json.loads(props["Target"]["Input"])
+        by_cron[payload[PAYLOAD_CRON]] = props
+    return by_cron
+
+
+def test_the_shipped_cron_becomes_an_aws_cron_with_its_exact_text_in_the_payload(dev: Synth) -> None:
+    schedules = _schedules(dev)
+    assert set(schedules) == {"*/10 * * * *"}
+    props = schedules["*/10 * * * *"]
+    assert props["ScheduleExpression"] == "cron(0/10 * * * ? *)"
+    assert props["ScheduleExpressionTimezone"] == "Etc/UTC"
+    assert props["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    payload = json.loads(props["Target"]["Input"])
+    assert payload[PAYLOAD_SCHEDULED_TIME] == "<aws.scheduler.scheduled-time>"
+
+
+def test_every_schedule_targets_the_cron_dispatcher(capped: Synth) -> None:
+    (dispatcher_id,) = capped.functions_by_handler("cron_dispatcher.handler.handler")
+    schedules = _schedules(capped)
+    assert schedules["0 3 * * MON-FRI"]["ScheduleExpression"] == "cron(0 3 ? * 2-6 *)"
+    for props in schedules.values():
+        assert target_id(props["Target"]["Arn"]) == dispatcher_id
+        assert props["Target"]["RetryPolicy"]["MaximumRetryAttempts"] == 2
+
+
+def test_empty_crons_means_no_schedules(single_consumer: Synth) -> None:
+    assert single_consumer.config.crons == ()
+    assert single_consumer.resources("AWS::Scheduler::Schedule") == {}
+    assert single_consumer.resources("AWS::Scheduler::ScheduleGroup") == {}
