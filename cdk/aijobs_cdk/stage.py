@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aijobs.stage_config import KNOWN_KEYS, ConfigError, StageConfig, parse_stage_config
 from dotenv import dotenv_values
 
+from aijobs.stage_config import KNOWN_KEYS, ConfigError, StageConfig, parse_stage_config
 from aijobs_cdk import REPO_ROOT
 
 DEFAULT_STAGE = "dev"

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
-from aijobs.stage_config import StageConfig
 from aws_cdk.assertions import Template
 
+from aijobs.stage_config import StageConfig
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stacks.aijobs_stack import AijobsStack
 

@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 import aws_cdk as cdk
-from aws_cdk.assertions import Annotations, Match
 import pytest
-from aijobs.stage_config import ConfigError
+from aws_cdk.assertions import Annotations, Match
 from cfnlint.api import lint_all
 
+from aijobs.stage_config import ConfigError
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.app_factory import build_app
 from tests.infra.template import Synth, cli_context
@@ -116,7 +116,7 @@ def test_built_dependency_layer_is_packaged(tmp_path: Path, monkeypatch: pytest.
     (built / "python" / "fakepkg" / "__init__.py").write_text("")
     monkeypatch.setattr(lambda_defaults, "DEPS_LAYER_BUILD_DIR", built)
     out = tmp_path / "out"
-    app, stack, _config = build_app(
+    app, _stack, _config = build_app(
         cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary"}), outdir=str(out)
     )
     app.synth()

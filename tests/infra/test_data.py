@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from aijobs_cdk.constructs.tables import META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
@@ -10,9 +12,9 @@ from tests.infra.template import Synth
 pytestmark = pytest.mark.infra
 
 
-def _index_keys(props: dict) -> dict[str, tuple[str, str]]:
+def _index_keys(props: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     return {
-        index["IndexName"]: tuple(key["AttributeName"] for key in index["KeySchema"])  # type: ignore[misc]
+        index["IndexName"]: tuple(key["AttributeName"] for key in index["KeySchema"])
         for index in props.get("GlobalSecondaryIndexes", [])
     }
 

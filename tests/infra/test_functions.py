@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
 
+from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
@@ -66,7 +66,8 @@ def test_functions_share_one_set_of_defaults(dev: Synth) -> None:
     for logical_id, resource in functions.items():
         props = resource["Properties"]
         runtime = props["Runtime"]
-        assert runtime.startswith("python3.") and int(runtime.split(".")[1]) >= 12, logical_id
+        assert runtime.startswith("python3."), logical_id
+        assert int(runtime.split(".")[1]) >= 12, logical_id
         assert props["Architectures"] == ["arm64"]
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert props["LoggingConfig"]["LogFormat"] == "JSON"

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
-from aijobs.stage_config import THROTTLE_RECEIVE_HEADROOM, queue_resource_name
+from typing import Any
 
+import pytest
+
+from aijobs.stage_config import THROTTLE_RECEIVE_HEADROOM, queue_resource_name
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
 
 
-def _main_queues(synth: Synth) -> dict[str, dict]:
+def _main_queues(synth: Synth) -> dict[str, dict[str, Any]]:
     return {
         logical_id: resource["Properties"]
         for logical_id, resource in synth.resources("AWS::SQS::Queue").items()
@@ -90,7 +92,7 @@ def test_all_queues_are_encrypted_and_refuse_plain_http(dev: Synth) -> None:
     queues = dev.resources("AWS::SQS::Queue")
     for props in (q["Properties"] for q in queues.values()):
         assert props["SqsManagedSseEnabled"] is True
-    tls_protected = set()
+    tls_protected: set[str] = set()
     for policy in dev.resources("AWS::SQS::QueuePolicy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             if statement["Effect"] == "Deny" and statement["Condition"] == {

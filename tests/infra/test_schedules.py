@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from tests.infra.template import Synth, target_id
 pytestmark = pytest.mark.infra
 
 
-def _schedules(synth: Synth) -> dict[str, dict]:
+def _schedules(synth: Synth) -> dict[str, dict[str, Any]]:
     by_cron = {}
     for resource in synth.resources("AWS::Scheduler::Schedule").values():
         props = resource["Properties"]

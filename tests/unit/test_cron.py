@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from aijobs.cron import CronError, CronExpression, parse_cron
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from aijobs.cron import CronError, CronExpression, parse_cron
 
 # (low, high) of each field of the AWS 6-field expression, in AWS numbering (day-of-week 1 = Sunday).
 _AWS_BOUNDS = {
@@ -378,3 +379,22 @@ def test_day_of_week_field_round_trips_through_aws_semantics(spec: tuple[str, se
     assert "/" not in fields["day-of-week"]
     aws_days = _expand_aws(fields["day-of-week"], 1, 7)
     assert {day - 1 for day in aws_days} == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "field", "names"),
+    [
+        ("0 {} * * *", "hour", ()),
+        ("0 0 {} * *", "day-of-month", ()),
+        ("0 0 1 {} *", "month", tuple(_MONTH_NAMES)),
+    ],
+)
+@settings(max_examples=150)
+@given(data=st.data())
+def test_other_fields_round_trip_through_aws_semantics(
+    template: str, field: str, names: tuple[str, ...], data: st.DataObject
+) -> None:
+    low, high = _AWS_BOUNDS[field]
+    text, expected = data.draw(_field_spec(low, high, names))
+    expression = parse_cron(template.format(text))
+    assert _expand_aws(_aws_fields(expression)[field], low, high) == expected

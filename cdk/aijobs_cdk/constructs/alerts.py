@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from aijobs.observability import KIND_DIMENSION, METRIC_DEAD_LETTERED, METRICS_NAMESPACE, service_name
-from aijobs.stage_config import StageConfig
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -12,6 +10,8 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from aijobs.observability import KIND_DIMENSION, METRIC_DEAD_LETTERED, METRICS_NAMESPACE, service_name
+from aijobs.stage_config import StageConfig
 from aijobs_cdk.nag import acknowledge
 
 # A queued job older than this means consumers are paused, failing or far behind.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jsii
-from aijobs.stage_config import StageConfig
 from aws_cdk import aws_apigateway as apigw_rest
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_integrations as integrations
@@ -11,6 +10,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from aijobs.stage_config import StageConfig
 from aijobs_cdk.constructs.lambda_defaults import log_retention
 from aijobs_cdk.nag import acknowledge
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from aijobs.stage_config import StageConfig
 from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
 
+from aijobs.stage_config import StageConfig
 from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name
 from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.nag import acknowledge
 

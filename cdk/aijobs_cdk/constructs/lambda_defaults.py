@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aijobs.observability import METRICS_NAMESPACE, service_name
-from aijobs.stage_config import StageConfig
 from aws_cdk import Annotations, Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from aijobs_cdk import CODE_LAYER_DIR, DEPS_LAYER_BUILD_DIR, DEPS_REQUIREMENTS, FUNCTIONS_DIR
+from aijobs.observability import METRICS_NAMESPACE, service_name
+from aijobs.stage_config import StageConfig
+from aijobs_cdk import (
+    CODE_LAYER_DIR,
+    DEPS_LAYER_BUILD_DIR,
+    DEPS_REQUIREMENTS,
+    FUNCTIONS_DIR,
+    LAMBDA_PYTHON_VERSION,
+)
 from aijobs_cdk.nag import acknowledge
 
-# The runtime the dependency layer is built for (scripts/build_deps_layer.py reads this too).
-RUNTIME = lambda_.Runtime.PYTHON_3_14
-RUNTIME_PYTHON_VERSION = "3.14"
+RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, "PYTHON_" + LAMBDA_PYTHON_VERSION.replace(".", "_"))
 ARCHITECTURE = lambda_.Architecture.ARM_64
 _ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.mypy_cache"]
 

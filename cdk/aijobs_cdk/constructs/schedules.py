@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from aijobs.stage_config import StageConfig
 from aws_cdk import Duration, TimeZone
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -10,6 +9,7 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
+from aijobs.stage_config import StageConfig
 from aijobs_cdk.nag import acknowledge, logical_id
 
 # Payload keys the dispatcher reads. `cron` is the exact CRONS entry (the SCHEDULED_HANDLERS key);

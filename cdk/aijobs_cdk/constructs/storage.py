@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from aijobs.stage_config import StageConfig
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from aijobs.stage_config import StageConfig
 from aijobs_cdk.nag import acknowledge
 
 INPUTS_PREFIX = "inputs/"

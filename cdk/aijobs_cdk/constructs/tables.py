@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from aijobs.stage_config import StageConfig
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
+
+from aijobs.stage_config import StageConfig
 
 # Key and index names are part of the contract with the layer's store modules (TABLES.md).
 PK, SK = "pk", "sk"

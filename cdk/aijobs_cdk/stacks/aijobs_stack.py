@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.stage_config import StageConfig
 from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
 from constructs import Construct
 
+from aijobs.stage_config import StageConfig
 from aijobs_cdk.constructs.alerts import Alerts
 from aijobs_cdk.constructs.api import Api
 from aijobs_cdk.constructs.dead_letters import DeadLetters
