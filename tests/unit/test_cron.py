@@ -63,6 +63,8 @@ VALID = [
     ("0 0 * * 0", "cron(0 0 ? * 1 *)"),
     ("0 0 * * 7", "cron(0 0 ? * 1 *)"),
     ("0 0 * * SUN", "cron(0 0 ? * 1 *)"),
+    ("0 0 * * FRI-SUN", "cron(0 0 ? * 1,6,7 *)"),
+    ("0 0 * * sat-sun", "cron(0 0 ? * 1,7 *)"),
     ("0 0 * * sun", "cron(0 0 ? * 1 *)"),
     ("0 0 * * 0,7", "cron(0 0 ? * 1 *)"),
     ("0 0 * * MON-FRI", "cron(0 0 ? * 2-6 *)"),
@@ -335,7 +337,10 @@ def _field_item(draw: st.DrawFn, low: int, high: int, names: tuple[str, ...] = (
     else:
         start = draw(st.integers(low, high))
         end = draw(st.integers(start, high))
-        text = f"{spell(start)}-{spell(end)}"
+        end_text = spell(end)
+        if end_text.upper() == "SUN":
+            end = 7  # Sunday closing a range (`FRI-SUN`) counts as 7
+        text = f"{spell(start)}-{end_text}"
     if step is not None:
         text += f"/{step}"
     return text, set(range(start, end + 1, step or 1))

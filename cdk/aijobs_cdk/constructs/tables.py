@@ -20,8 +20,8 @@ SHARD_INDEXES = {
     "by_due": ("gsi3pk", "gsi3sk"),
 }
 META_INDEXES = {
-    # Operator views across tenants (dead letters by kind, newest first).
-    "by_kind": ("gsi1pk", "gsi1sk"),
+    # Operator views across kinds: every dead letter, newest first.
+    "by_time": ("gsi1pk", "gsi1sk"),
 }
 
 

@@ -20,7 +20,7 @@ _MONTH_NAMES = {
     )
 }
 _DOW_NAMES = {name: number for number, name in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
-_TOKEN = re.compile(r"^(?P<range>\*|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)?)(?:/(?P<step>\d+))?$")
+_TOKEN = re.compile(r"(?P<range>\*|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)?)(?:/(?P<step>[0-9]+))?", re.ASCII)
 
 
 class CronError(ValueError):
@@ -81,31 +81,30 @@ def parse_cron(text: str) -> CronExpression:
             f"(minute hour day-of-month month day-of-week), found {len(parts)}"
         )
     minute, hour, dom, month, dow = parts
-    dom_any = dom == "*"
-    dow_any = dow == "*"
-    if not dom_any and not dow_any:
-        raise CronError(
-            f"cron expression {text!r} restricts both day-of-month and day-of-week; classic cron runs "
-            "when either matches, which AWS cron (one of the two must be '?') cannot express: "
-            "use two expressions or restrict only one of the fields"
-        )
-    days_of_week = frozenset(day % 7 for day in _parse_field(dow, _DOW, text))
-    return CronExpression(
+    expression = CronExpression(
         text=text,
         minutes=_parse_field(minute, _MINUTE, text),
         hours=_parse_field(hour, _HOUR, text),
         days_of_month=_parse_field(dom, _DOM, text),
         months=_parse_field(month, _MONTH, text),
-        days_of_week=days_of_week,
-        day_of_month_any=dom_any,
-        day_of_week_any=dow_any,
+        days_of_week=frozenset(day % 7 for day in _parse_field(dow, _DOW, text)),
+        # Classic cron treats a day field as unrestricted only when it is written `*`.
+        day_of_month_any=dom == "*",
+        day_of_week_any=dow == "*",
     )
+    if not expression.day_of_month_any and not expression.day_of_week_any:
+        raise CronError(
+            f"cron expression {text!r} restricts both day-of-month and day-of-week; classic cron runs "
+            "when either matches, which AWS cron (one of the two must be '?') cannot express: "
+            "use two expressions or restrict only one of the fields"
+        )
+    return expression
 
 
 def _parse_field(raw: str, field: _Field, text: str) -> frozenset[int]:
     values: set[int] = set()
     for item in raw.split(","):
-        match = _TOKEN.match(item)
+        match = _TOKEN.fullmatch(item)
         if not match:
             raise CronError(f"cron expression {text!r}: {field.name} item {item!r} is not valid")
         range_part, step_part = match.group("range"), match.group("step")
@@ -114,6 +113,8 @@ def _parse_field(raw: str, field: _Field, text: str) -> frozenset[int]:
         elif "-" in range_part:
             first, last = range_part.split("-", 1)
             start, end = _value(first, field, text), _value(last, field, text)
+            if field is _DOW and last.upper() == "SUN":
+                end = 7  # `FRI-SUN`: Sunday closes a range as 7
             if start > end:
                 raise CronError(f"cron expression {text!r}: {field.name} range {range_part!r} runs backwards")
         else:
@@ -133,7 +134,7 @@ def _value(token: str, field: _Field, text: str) -> int:
     upper = token.upper()
     if upper in field.names:
         return field.names[upper]
-    if not token.isdigit():
+    if not (token.isascii() and token.isdigit()):
         raise CronError(f"cron expression {text!r}: {field.name} value {token!r} is not a number or name")
     number = int(token)
     if not field.low <= number <= field.high:

@@ -27,9 +27,10 @@ ESM_MAX_CONCURRENCY_MAX = 1000
 # still caps real attempts (see README, "QUEUE_MAX_CONCURRENCY=1").
 THROTTLE_RECEIVE_HEADROOM = 5
 
-_QUEUE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
-_STAGE_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_QUEUE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
+_STAGE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_WHOLE_NUMBER = re.compile(r"-?[0-9]+")
 
 
 class ConfigError(ValueError):
@@ -47,7 +48,7 @@ class _IntKey:
 # Integer keys with their defaults and bounds. Deployed defaults follow DESIGN.md.
 INT_KEYS: dict[str, _IntKey] = {
     "MAX_RETRIES": _IntKey(3, 0, 10, "automatic retries after the first attempt, then the DLQ"),
-    "BATCH_SIZE": _IntKey(5, 1, 10, "records per consumer invocation"),
+    "BATCH_SIZE": _IntKey(5, 1, 10_000, "records per consumer invocation (above 10 needs a window)"),
     "BATCH_WINDOW_SECONDS": _IntKey(10, 0, 300, "how long the event-source mapping gathers a batch"),
     "CONSUMER_TIMEOUT_SECONDS": _IntKey(60, 3, 900, "queue consumer Lambda timeout"),
     "CONSUMER_MEMORY_MB": _IntKey(512, 128, 10240, "queue consumer Lambda memory"),
@@ -101,11 +102,12 @@ def queue_resource_name(stage: str, queue_name: str) -> str:
 
 
 def queue_name_from_resource(stage: str, resource_name: str) -> str | None:
-    """Invert `queue_resource_name` (used on `eventSourceARN`); None for another stage's queue."""
+    """Invert `queue_resource_name` (used on `eventSourceARN`); None for another stage's queue.
+    A DLQ's name gives its kind too, since no kind may end with `-dlq`."""
     prefix = resource_prefix(stage) + "-"
     if not resource_name.startswith(prefix):
         return None
-    return resource_name[len(prefix) :] or None
+    return resource_name[len(prefix) :].removesuffix(DLQ_SUFFIX) or None
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ class StageConfig:
 
 def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageConfig:
     """Validate the raw key/value pairs of one stage (from `.env.<stage>` and CDK context)."""
-    if not _STAGE_NAME.match(stage):
+    if not _STAGE_NAME.fullmatch(stage):
         raise ConfigError(f"stage {stage!r} must be 1-10 lowercase letters/digits starting with a letter")
     unknown = sorted(set(values) - KNOWN_KEYS)
     if unknown:
@@ -206,10 +208,15 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
 
 
 def _check_queue_name(stage: str, name: str) -> None:
-    if not _QUEUE_NAME.match(name):
+    if not _QUEUE_NAME.fullmatch(name):
         raise ConfigError(
             f"QUEUE_NAMES: {name!r} must be lowercase letters, digits and hyphens "
             "(not starting or ending with a hyphen)"
+        )
+    if name.endswith(DLQ_SUFFIX):
+        # DLQ names are `<queue>-dlq`; a kind ending in `-dlq` would make that mapping ambiguous.
+        raise ConfigError(
+            f"QUEUE_NAMES: {name!r} must not end with {DLQ_SUFFIX!r} (reserved for dead-letter queues)"
         )
     longest = queue_resource_name(stage, name) + DLQ_SUFFIX
     if len(longest) > SQS_QUEUE_NAME_MAX:
@@ -225,10 +232,9 @@ def _int(values: Mapping[str, str | None], key: str, spec: _IntKey) -> int:
     raw = (values.get(key) or "").strip()
     if not raw:
         return spec.default
-    try:
-        number = int(raw)
-    except ValueError:
-        raise ConfigError(f"{key}={raw!r} is not a whole number") from None
+    if not _WHOLE_NUMBER.fullmatch(raw):
+        raise ConfigError(f"{key}={raw!r} is not a whole number")
+    number = int(raw)
     if not spec.low <= number <= spec.high:
         raise ConfigError(f"{key}={number} is outside {spec.low}-{spec.high}")
     return number
@@ -238,7 +244,7 @@ def _max_concurrency(raw: str | None) -> int | None:
     text = (raw or "").strip()
     if not text:
         return None
-    if not text.isdigit() or not 1 <= int(text) <= ESM_MAX_CONCURRENCY_MAX:
+    if not _WHOLE_NUMBER.fullmatch(text) or not 1 <= int(text) <= ESM_MAX_CONCURRENCY_MAX:
         raise ConfigError(
             f"QUEUE_MAX_CONCURRENCY={text!r} must be empty (no limit) or a whole number from 1 to "
             f"{ESM_MAX_CONCURRENCY_MAX}"
@@ -250,6 +256,6 @@ def _email(raw: str | None) -> str | None:
     text = (raw or "").strip()
     if not text:
         return None
-    if not _EMAIL.match(text):
+    if not _EMAIL.fullmatch(text):
         raise ConfigError(f"ALERT_EMAIL={text!r} is not an e-mail address")
     return text
