@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aijobs_cdk.constructs.tables import META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
+from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
 from tests.infra.template import Synth
 
 pytestmark = pytest.mark.infra

@@ -7,22 +7,9 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from aijobs.stage_config import StageConfig
+from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
 
-# Key and index names are part of the contract with the layer's store modules (TABLES.md).
-PK, SK = "pk", "sk"
-TTL_ATTRIBUTE = "ttl"
-SHARD_INDEXES = {
-    # A user's jobs of one status, newest first.
-    "by_user_status": ("gsi1pk", "gsi1sk"),
-    # Jobs of one kind and status ordered by last change: re-runs, sweeper, retention clean-up.
-    "by_kind_status": ("gsi2pk", "gsi2sk"),
-    # Items that fall due at a time (credit grants to expire, transactions past retention).
-    "by_due": ("gsi3pk", "gsi3sk"),
-}
-META_INDEXES = {
-    # Operator views across kinds: every dead letter, newest first.
-    "by_time": ("gsi1pk", "gsi1sk"),
-}
+# Key and index names are the runtime's (aijobs.store.keys); TABLES.md documents them.
 
 
 class Tables(Construct):

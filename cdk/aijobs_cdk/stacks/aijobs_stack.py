@@ -73,6 +73,7 @@ class AijobsStack(Stack):
                 **queue_env,
                 "BUCKET_NAME": storage.bucket.bucket_name,
                 "MAX_INLINE_INPUT_BYTES": str(config.max_inline_input_bytes),
+                "PROVIDER": config.provider,
             },
         )
         api = Api(self, "Api", config=config, producer=producer, authorizer=authorizer)

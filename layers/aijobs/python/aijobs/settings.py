@@ -64,6 +64,7 @@ class ApiSettings(_QueueSettings):
 
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_inline_input_bytes: int = Field(validation_alias="MAX_INLINE_INPUT_BYTES", gt=0)
+    provider: str = Field(validation_alias="PROVIDER", min_length=1)
 
 
 class ConsumerSettings(FunctionSettings):
@@ -75,6 +76,16 @@ class ConsumerSettings(FunctionSettings):
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_retries: int = Field(validation_alias="MAX_RETRIES", ge=0)
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
+    provider: str = Field(validation_alias="PROVIDER", min_length=1)
+    retry_base_delay_seconds: int = Field(validation_alias="RETRY_BASE_DELAY_SECONDS", ge=0)
+    retry_max_delay_seconds: int = Field(validation_alias="RETRY_MAX_DELAY_SECONDS", ge=1)
+    throttle_delay_seconds: int = Field(validation_alias="THROTTLE_DELAY_SECONDS", ge=0)
+    provider_recheck_seconds: int = Field(validation_alias="PROVIDER_RECHECK_SECONDS", ge=0)
+    job_lease_seconds: int = Field(validation_alias="JOB_LEASE_SECONDS", ge=1)
+
+    @property
+    def max_attempts(self) -> int:
+        return self.max_retries + 1
 
 
 class DlqSettings(FunctionSettings):

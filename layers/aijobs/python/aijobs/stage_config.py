@@ -26,6 +26,7 @@ ESM_MAX_CONCURRENCY_MAX = 1000
 # keep throttles from pushing healthy messages into the DLQ; the attempt budget on the job row
 # still caps real attempts (see README, "QUEUE_MAX_CONCURRENCY=1").
 THROTTLE_RECEIVE_HEADROOM = 5
+LEASE_MARGIN_SECONDS = 30
 
 _QUEUE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
 _STAGE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
@@ -59,9 +60,16 @@ INT_KEYS: dict[str, _IntKey] = {
     "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest input stored on the job row"),
     "API_THROTTLE_RATE": _IntKey(50, 1, 10_000, "HTTP API steady-state requests per second"),
     "API_THROTTLE_BURST": _IntKey(100, 1, 10_000, "HTTP API burst"),
+    "RETRY_BASE_DELAY_SECONDS": _IntKey(10, 0, 900, "first back-off of a transient failure (doubles, with jitter)"),
+    "RETRY_MAX_DELAY_SECONDS": _IntKey(900, 1, 43_200, "longest back-off of any retry"),
+    "THROTTLE_DELAY_SECONDS": _IntKey(60, 0, 43_200, "back-off of a 429 without Retry-After (doubles)"),
+    "PROVIDER_RECHECK_SECONDS": _IntKey(30, 0, 900, "re-check interval of a provider task still running"),
+    # 0 (the default) derives the lease from the consumer timeout; see StageConfig.job_lease_seconds.
+    "JOB_LEASE_SECONDS": _IntKey(0, 0, 43_200, "how long a claimed job is held before another consumer may take it"),
 }
 LIST_KEYS = ("QUEUE_NAMES", "CRONS")
-OPTIONAL_KEYS = ("QUEUE_MAX_CONCURRENCY", "ALERT_EMAIL")
+OPTIONAL_KEYS = ("QUEUE_MAX_CONCURRENCY", "ALERT_EMAIL", "PROVIDER")
+PROVIDERS = ("local",)
 KNOWN_KEYS = frozenset(INT_KEYS) | frozenset(LIST_KEYS) | frozenset(OPTIONAL_KEYS)
 
 
@@ -131,6 +139,12 @@ class StageConfig:
     max_inline_input_bytes: int
     api_throttle_rate: int
     api_throttle_burst: int
+    retry_base_delay_seconds: int
+    retry_max_delay_seconds: int
+    throttle_delay_seconds: int
+    provider_recheck_seconds: int
+    job_lease_seconds: int
+    provider: str
 
     @property
     def is_production(self) -> bool:
@@ -147,6 +161,12 @@ class StageConfig:
         plus throttle headroom when the consumer is limited by reserved concurrency."""
         headroom = THROTTLE_RECEIVE_HEADROOM if self.consumer_reserved_concurrency else 0
         return self.max_retries + 1 + headroom
+
+    @property
+    def lease_seconds(self) -> int:
+        """`JOB_LEASE_SECONDS`, or by default the consumer timeout plus a margin: a Lambda is
+        killed at its timeout, so its claim may be taken over shortly after."""
+        return self.job_lease_seconds or self.consumer_timeout_seconds + LEASE_MARGIN_SECONDS
 
     @property
     def visibility_timeout_seconds(self) -> int:
@@ -194,8 +214,14 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         crons=tuple(crons),
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
+        provider=_provider(values.get("PROVIDER")),
         **ints,
     )
+    if config.job_lease_seconds and config.job_lease_seconds < config.consumer_timeout_seconds:
+        raise ConfigError(
+            f"JOB_LEASE_SECONDS={config.job_lease_seconds} must be at least CONSUMER_TIMEOUT_SECONDS="
+            f"{config.consumer_timeout_seconds}: a consumer still running must never lose its job"
+        )
     if config.batch_size > 10 and config.batch_window_seconds < 1:
         raise ConfigError("BATCH_SIZE above 10 needs BATCH_WINDOW_SECONDS of at least 1")
     if config.visibility_timeout_seconds > SQS_VISIBILITY_MAX_SECONDS:
@@ -258,4 +284,11 @@ def _email(raw: str | None) -> str | None:
         return None
     if not _EMAIL.fullmatch(text):
         raise ConfigError(f"ALERT_EMAIL={text!r} is not an e-mail address")
+    return text
+
+
+def _provider(raw: str | None) -> str:
+    text = (raw or "").strip() or "local"
+    if text not in PROVIDERS:
+        raise ConfigError(f"PROVIDER={text!r} is not one of {list(PROVIDERS)}")
     return text

@@ -1,0 +1,69 @@
+"""Domain models: the job, its five statuses, and the queue message that references it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED_RETRYABLE = "failed_retryable"
+    FAILED_FINAL = "failed_final"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED_FINAL)
+
+
+class QueueMessage(BaseModel):
+    """The whole queue message: references only. Never input text, keys or provider config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    jobId: str = Field(min_length=1, max_length=64)  # noqa: N815 - wire format of DESIGN.md §2
+    userId: str = Field(min_length=1, max_length=128)  # noqa: N815
+    kind: str | None = Field(default=None, max_length=80)
+
+
+class Job(BaseModel):
+    """A job row as the domain sees it (DESIGN.md §4 fields plus bookkeeping)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    user_id: str
+    kind: str
+    status: JobStatus
+    input: str | dict[str, Any] | None = None
+    input_ref: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    provider: str
+    attempts: int = 0
+    last_error_class: str | None = None
+    last_error_message: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    awaiting_provider: bool = False
+    provider_checks: int = 0
+    provider_handle: str | None = None
+    # Set by each claim; only the holder of the current claim may finish the attempt.
+    claim_id: str | None = None
+    result: Any = None
+    result_ref: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    cost: float | None = None
+    dead_lettered: bool = False
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,59 @@
+"""Sending job references to the per-kind queues. The body is a `QueueMessage` and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from aijobs.domain import QueueMessage
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+# SQS caps DelaySeconds and a visibility change at these values.
+MAX_SEND_DELAY_SECONDS = 900
+MAX_VISIBILITY_SECONDS = 12 * 60 * 60
+
+
+class UnknownKindError(KeyError):
+    pass
+
+
+class JobQueues:
+    """Queue URLs by kind (from the `Q_*` bindings) and the SQS calls made on them."""
+
+    def __init__(self, sqs: SQSClient, urls: Mapping[str, str], dlq_urls: Mapping[str, str] | None = None) -> None:
+        self._sqs = sqs
+        self._urls = dict(urls)
+        self._dlq_urls = dict(dlq_urls or {})
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._urls)
+
+    def url(self, kind: str) -> str:
+        try:
+            return self._urls[kind]
+        except KeyError:
+            raise UnknownKindError(kind) from None
+
+    def send(self, message: QueueMessage, *, kind: str, delay_seconds: int = 0) -> str:
+        """Send a reference; returns the SQS message id."""
+        response = self._sqs.send_message(
+            QueueUrl=self.url(kind),
+            MessageBody=message.model_dump_json(exclude_none=True),
+            DelaySeconds=max(0, min(delay_seconds, MAX_SEND_DELAY_SECONDS)),
+        )
+        return response["MessageId"]
+
+    def send_to_dlq(self, body: str, *, kind: str) -> None:
+        """Move a message whose attempt budget is spent to its kind's DLQ (the body is unchanged)."""
+        self._sqs.send_message(QueueUrl=self._dlq_urls[kind], MessageBody=body)
+
+    def retry_later(self, kind: str, receipt_handle: str, delay_seconds: int) -> None:
+        """Make a received message reappear after `delay_seconds` (it stays in flight until then)."""
+        self._sqs.change_message_visibility(
+            QueueUrl=self.url(kind),
+            ReceiptHandle=receipt_handle,
+            VisibilityTimeout=max(0, min(delay_seconds, MAX_VISIBILITY_SECONDS)),
+        )

@@ -1,0 +1,73 @@
+"""Builds each function's collaborators once per container from its typed settings.
+
+Handlers call these cached factories; tests clear them (`reset_runtime()`) after starting moto.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import cache
+
+from aijobs import aws
+from aijobs.alerts import Alerts
+from aijobs.consumer.control import ConsumerControl
+from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.registry import QUEUE_HANDLERS
+from aijobs.consumer.retry import RetryPolicy
+from aijobs.domain import utcnow
+from aijobs.providers.registry import get_provider
+from aijobs.queues import JobQueues
+from aijobs.settings import (
+    ConsumerSettings,
+    FunctionSettings,
+    api_settings,
+    consumer_settings,
+    cron_settings,
+    dlq_settings,
+)
+from aijobs.store.results import ResultStore
+from aijobs.store.tenants import Directory
+
+
+def directory(settings: FunctionSettings) -> Directory:
+    resource = aws.dynamodb()
+    return Directory(
+        resource.Table(settings.meta_table_name),
+        tuple(resource.Table(name) for name in settings.shard_table_names),
+    )
+
+
+@cache
+def consumer() -> Consumer:
+    return build_consumer(consumer_settings())
+
+
+def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = utcnow) -> Consumer:
+    return Consumer(
+        stage=settings.stage,
+        kind=settings.queue_name,
+        directory=directory(settings),
+        queues=JobQueues(aws.sqs(), {settings.queue_name: settings.queue_url}, {settings.queue_name: settings.dlq_url}),
+        results=ResultStore(aws.s3(), settings.bucket_name),
+        provider=get_provider(settings.provider),
+        handlers=QUEUE_HANDLERS,
+        policy=RetryPolicy(
+            base_delay_seconds=settings.retry_base_delay_seconds,
+            max_delay_seconds=settings.retry_max_delay_seconds,
+            throttle_delay_seconds=settings.throttle_delay_seconds,
+        ),
+        control=ConsumerControl(aws.lambda_()),
+        alerts=Alerts(aws.sns(), settings.alert_topic_arn),
+        max_attempts=settings.max_attempts,
+        lease=timedelta(seconds=settings.job_lease_seconds),
+        recheck=timedelta(seconds=settings.provider_recheck_seconds),
+        clock=clock,
+    )
+
+
+def reset_runtime() -> None:
+    """Forget every cached setting, client and collaborator (tests, local stack reloads)."""
+    for factory in (api_settings, consumer_settings, dlq_settings, cron_settings, consumer):
+        factory.cache_clear()
+    aws.reset_clients()

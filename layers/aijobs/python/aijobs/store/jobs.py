@@ -1,0 +1,494 @@
+"""The job rows of one tenant shard: creation and every state transition, each one conditional.
+
+A transition that loses its race raises `TransitionConflict` (or returns None for a claim): at
+least once delivery makes duplicates normal, and the row is the source of truth.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from aijobs.domain import Job, JobStatus
+from aijobs.errors import MalformedRequestError, TransitionConflict
+from aijobs.store.keys import (
+    PK,
+    SK,
+    TTL_ATTRIBUTE,
+    idempotency_sk,
+    iso,
+    job_sk,
+    kind_status_pk,
+    parse_iso,
+    user_pk,
+    user_status_pk,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+
+IDEMPOTENCY_TTL = timedelta(hours=24)
+_RUNNABLE = (JobStatus.QUEUED.value, JobStatus.FAILED_RETRYABLE.value)
+
+
+class IdempotencyKeyExists(Exception):
+    """The user already sent this Idempotency-Key; carries what it was used for."""
+
+    def __init__(self, job_id: str, request_hash: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+        self.request_hash = request_hash
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: list[Job]
+    cursor: str | None
+
+
+class JobStore:
+    """Job rows of one shard table (`USER#<userId>` / `JOB#<jobId>`, see TABLES.md)."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    @property
+    def table_name(self) -> str:
+        return self._table.name
+
+    # --- creation --------------------------------------------------------------------------
+
+    def create(
+        self,
+        job: Job,
+        *,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+        extra_writes: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """Write a new `queued` row, its idempotency record and any `extra_writes` in one transaction."""
+        writes: list[dict[str, Any]] = [
+            {"Put": {"TableName": self.table_name, "Item": _to_item(job), "ConditionExpression": "attribute_not_exists(pk)"}}
+        ]
+        if idempotency_key is not None:
+            writes.append(
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": {
+                            PK: user_pk(job.user_id),
+                            SK: idempotency_sk(idempotency_key),
+                            "jobId": job.job_id,
+                            "request_hash": request_hash,
+                            TTL_ATTRIBUTE: int((job.created_at + IDEMPOTENCY_TTL).timestamp()),
+                        },
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
+        writes.extend(extra_writes)
+        client = self._table.meta.client
+        try:
+            client.transact_write_items(TransactItems=writes)  # type: ignore[arg-type]
+        except client.exceptions.TransactionCanceledException as error:
+            reasons = error.response.get("CancellationReasons", [])
+            if idempotency_key is not None and len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
+                existing = self.get_idempotency(job.user_id, idempotency_key)
+                if existing is not None:
+                    raise IdempotencyKeyExists(*existing) from error
+            raise
+
+    def get_idempotency(self, user_id: str, key: str) -> tuple[str, str] | None:
+        item = self._table.get_item(
+            Key={PK: user_pk(user_id), SK: idempotency_sk(key)}, ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            return None
+        return str(item["jobId"]), str(item.get("request_hash", ""))
+
+    def forget_idempotency(self, user_id: str, key: str) -> None:
+        self._table.delete_item(Key={PK: user_pk(user_id), SK: idempotency_sk(key)})
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def get(self, user_id: str, job_id: str) -> Job | None:
+        item = self._table.get_item(Key={PK: user_pk(user_id), SK: job_sk(job_id)}, ConsistentRead=True).get("Item")
+        return _from_item(item) if item else None
+
+    def list(
+        self,
+        user_id: str,
+        *,
+        status: JobStatus | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page:
+        """A user's jobs, newest first. `cursor` is the opaque value of the previous page."""
+        query: dict[str, Any] = {"ScanIndexForward": False, "Limit": limit}
+        if status is not None:
+            query |= {
+                "IndexName": "by_user_status",
+                "KeyConditionExpression": "gsi1pk = :pk",
+                "ExpressionAttributeValues": {":pk": user_status_pk(user_id, status.value)},
+            }
+        else:
+            query |= {
+                "KeyConditionExpression": "pk = :pk AND begins_with(sk, :job)",
+                "ExpressionAttributeValues": {":pk": user_pk(user_id), ":job": "JOB#"},
+            }
+        if kind is not None:
+            query["FilterExpression"] = "kind = :kind"
+            query["ExpressionAttributeValues"][":kind"] = kind
+        if cursor:
+            query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id)
+        jobs: list[Job] = []
+        # A filter can leave a page short: keep reading until it is full or the data ends.
+        while True:
+            response = self._table.query(**query)
+            jobs.extend(_from_item(item) for item in response["Items"])
+            last_key = response.get("LastEvaluatedKey")
+            if last_key is None or len(jobs) >= limit:
+                break
+            query["ExclusiveStartKey"] = last_key
+            query["Limit"] = limit - len(jobs)
+        return Page(jobs=jobs[:limit], cursor=_encode_cursor(last_key) if last_key else None)
+
+    def query_kind_status(
+        self, kind: str, status: JobStatus, *, before: datetime | None = None, after: datetime | None = None
+    ) -> list[Job]:
+        """Jobs of a kind and status whose last change lies in (after, before): operators, sweeper."""
+        condition = "gsi2pk = :pk"
+        values: dict[str, Any] = {":pk": kind_status_pk(kind, status.value)}
+        if after is not None and before is not None:
+            condition += " AND gsi2sk BETWEEN :after AND :before"
+            values |= {":after": iso(after), ":before": iso(before)}
+        elif before is not None:
+            condition += " AND gsi2sk < :before"
+            values[":before"] = iso(before)
+        elif after is not None:
+            condition += " AND gsi2sk > :after"
+            values[":after"] = iso(after)
+        query: dict[str, Any] = {
+            "IndexName": "by_kind_status",
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+        jobs: list[Job] = []
+        while True:
+            response = self._table.query(**query)
+            jobs.extend(_from_item(item) for item in response["Items"])
+            if "LastEvaluatedKey" not in response:
+                return jobs
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    # --- transitions -------------------------------------------------------------------------
+
+    def claim(self, job: Job, *, now: datetime, lease: timedelta, max_attempts: int) -> Job | None:
+        """`queued`/`failed_retryable` (or `running` whose lease expired) -> `running`, attempt + 1.
+
+        One conditional update that returns the new row; None when the row is not runnable
+        (finished, held under a live lease, awaiting its provider, or out of attempts).
+        """
+        return self._transition(
+            job,
+            JobStatus.RUNNING,
+            now,
+            condition="(#status IN (:queued, :retryable) OR (#status = :running AND lease_expires_at < :now "
+            "AND awaiting_provider = :false)) AND attempts < :max_attempts",
+            sets={
+                "attempts": ("attempts + :one", 1),
+                "started_at": iso(now),
+                "lease_expires_at": iso(now + lease),
+                "claim_id": uuid.uuid4().hex,
+                "awaiting_provider": False,
+            },
+            values={
+                ":queued": JobStatus.QUEUED.value,
+                ":retryable": JobStatus.FAILED_RETRYABLE.value,
+                ":running": JobStatus.RUNNING.value,
+                ":now": iso(now),
+                ":false": False,
+                ":max_attempts": max_attempts,
+            },
+            lost_race_returns_none=True,
+        )
+
+    def claim_recheck(self, job: Job, *, now: datetime, lease: timedelta) -> Job | None:
+        """Claim a job whose provider task is still running, *without* spending an attempt."""
+        return self._transition(
+            job,
+            JobStatus.RUNNING,
+            now,
+            condition="#status = :running AND awaiting_provider = :true",
+            sets={"lease_expires_at": iso(now + lease), "claim_id": uuid.uuid4().hex, "awaiting_provider": False},
+            values={":running": JobStatus.RUNNING.value, ":true": True},
+            lost_race_returns_none=True,
+        )
+
+    def await_provider(self, job: Job, *, now: datetime, handle: str | None, hold: timedelta) -> Job:
+        """The provider is still working: keep `running`, remember its handle, release the claim."""
+        result = self._transition(
+            job,
+            JobStatus.RUNNING,
+            now,
+            condition=_OWN_CLAIM,
+            sets={
+                "awaiting_provider": True,
+                "provider_handle": handle,
+                "provider_checks": ("provider_checks + :one", 1),
+                # If the re-check message is lost, the lease expiry lets the sweeper find the row.
+                "lease_expires_at": iso(now + hold),
+            },
+            values=_claim_values(job),
+        )
+        assert result is not None
+        return result
+
+    def succeed(
+        self,
+        job: Job,
+        *,
+        now: datetime,
+        result: Any,
+        result_ref: str | None,
+        model: str | None,
+        usage: dict[str, int],
+        cost: float | None,
+    ) -> Job:
+        sets: dict[str, Any] = {
+            "finished_at": iso(now),
+            "result_json": json.dumps(result) if result is not None else None,
+            "result_ref": result_ref,
+            "model": model or job.model,
+            "usage_json": json.dumps(usage),
+            "cost": str(cost) if cost is not None else None,
+        }
+        updated = self._transition(
+            job, JobStatus.SUCCEEDED, now, condition=_OWN_CLAIM, sets=sets, values=_claim_values(job), remove=("lease_expires_at",)
+        )
+        assert updated is not None
+        return updated
+
+    def fail_retryable(self, job: Job, *, now: datetime, error_class: str, message: str) -> Job:
+        updated = self._transition(
+            job,
+            JobStatus.FAILED_RETRYABLE,
+            now,
+            condition=_OWN_CLAIM,
+            sets={"last_error_class": error_class, "last_error_message": _clip(message)},
+            values=_claim_values(job),
+            remove=("lease_expires_at",),
+        )
+        assert updated is not None
+        return updated
+
+    def fail_final(
+        self,
+        job: Job,
+        *,
+        now: datetime,
+        error_class: str,
+        message: str,
+        dead_lettered: bool = False,
+        own_claim: bool = True,
+    ) -> Job:
+        """Finalize a job. From the consumer (`own_claim`), only the claim holder may; from the DLQ
+        consumer or an operator, any job that has not finished may be finalized."""
+        if own_claim:
+            condition, values = _OWN_CLAIM, _claim_values(job)
+        else:
+            condition = "attribute_exists(pk) AND NOT #status IN (:succeeded, :final)"
+            values = {":succeeded": JobStatus.SUCCEEDED.value, ":final": JobStatus.FAILED_FINAL.value}
+        updated = self._transition(
+            job,
+            JobStatus.FAILED_FINAL,
+            now,
+            condition=condition,
+            sets={
+                "finished_at": iso(now),
+                "last_error_class": error_class,
+                "last_error_message": _clip(message),
+                "dead_lettered": dead_lettered,
+                "awaiting_provider": False,
+            },
+            values=values,
+            remove=("lease_expires_at",),
+        )
+        assert updated is not None
+        return updated
+
+    def requeue(self, job: Job, *, now: datetime, allowed_from: Sequence[JobStatus]) -> Job:
+        """Operator re-run: reset the attempt budget and set `queued` (the caller re-sends)."""
+        values = {f":from{i}": status.value for i, status in enumerate(allowed_from)}
+        updated = self._transition(
+            job,
+            JobStatus.QUEUED,
+            now,
+            condition=f"#status IN ({', '.join(values)})",
+            sets={"attempts": 0, "dead_lettered": False, "awaiting_provider": False, "provider_checks": 0},
+            values=values,
+            remove=("lease_expires_at", "finished_at", "provider_handle", "started_at"),
+        )
+        assert updated is not None
+        return updated
+
+    def _transition(
+        self,
+        job: Job,
+        status: JobStatus,
+        now: datetime,
+        *,
+        condition: str,
+        sets: dict[str, Any],
+        values: dict[str, Any],
+        remove: Sequence[str] = (),
+        lost_race_returns_none: bool = False,
+    ) -> Job | None:
+        assignments = [
+            "#status = :status",
+            "updated_at = :now_ts",
+            "gsi1pk = :gsi1pk",
+            "gsi2pk = :gsi2pk",
+            "gsi2sk = :gsi2sk",
+        ]
+        expression_values: dict[str, Any] = {
+            ":status": status.value,
+            ":now_ts": iso(now),
+            ":gsi1pk": user_status_pk(job.user_id, status.value),
+            ":gsi2pk": kind_status_pk(job.kind, status.value),
+            ":gsi2sk": f"{iso(now)}#{job.job_id}",
+            **values,
+        }
+        to_remove = list(remove)
+        for index, (name, value) in enumerate(sets.items()):
+            if value is None:
+                to_remove.append(name)
+            elif isinstance(value, tuple):  # (expression, operand): an arithmetic update
+                expression, operand = value
+                assignments.append(f"{name} = {expression}")
+                expression_values[":one"] = operand
+            else:
+                assignments.append(f"{name} = :v{index}")
+                expression_values[f":v{index}"] = value
+        update = "SET " + ", ".join(assignments)
+        if to_remove:
+            update += " REMOVE " + ", ".join(to_remove)
+        try:
+            response = self._table.update_item(
+                Key={PK: user_pk(job.user_id), SK: job_sk(job.job_id)},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=expression_values,
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            if lost_race_returns_none:
+                return None
+            raise TransitionConflict(f"job {job.job_id}: {job.status.value} -> {status.value} lost its race") from error
+        return _from_item(response["Attributes"])
+
+
+_OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
+
+
+def _claim_values(job: Job) -> dict[str, Any]:
+    return {":running": JobStatus.RUNNING.value, ":claim_id": job.claim_id}
+
+
+def _clip(message: str, limit: int = 1000) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+def _to_item(job: Job) -> dict[str, Any]:
+    """A new job row with its index keys. JSON-ish fields are stored as strings (no Decimal trouble)."""
+    item: dict[str, Any] = {
+        PK: user_pk(job.user_id),
+        SK: job_sk(job.job_id),
+        "gsi1pk": user_status_pk(job.user_id, job.status.value),
+        "gsi1sk": job_sk(job.job_id),
+        "gsi2pk": kind_status_pk(job.kind, job.status.value),
+        "gsi2sk": f"{iso(job.updated_at)}#{job.job_id}",
+        "jobId": job.job_id,
+        "userId": job.user_id,
+        "kind": job.kind,
+        "status": job.status.value,
+        "provider": job.provider,
+        "attempts": job.attempts,
+        "options_json": json.dumps(job.options),
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+        "awaiting_provider": False,
+        "provider_checks": 0,
+        "dead_lettered": False,
+    }
+    if job.input is not None:
+        item["input_json"] = json.dumps(job.input)
+    if job.input_ref is not None:
+        item["inputRef"] = job.input_ref
+    if job.model is not None:
+        item["model"] = job.model
+    if job.cost is not None:
+        item["cost"] = str(job.cost)
+    return item
+
+
+def _from_item(item: dict[str, Any]) -> Job:
+    def moment(name: str) -> datetime | None:
+        return parse_iso(str(item[name])) if item.get(name) else None
+
+    return Job(
+        job_id=str(item["jobId"]),
+        user_id=str(item["userId"]),
+        kind=str(item["kind"]),
+        status=JobStatus(str(item["status"])),
+        input=json.loads(item["input_json"]) if "input_json" in item else None,
+        input_ref=item.get("inputRef"),
+        options=json.loads(item.get("options_json", "{}")),
+        model=item.get("model"),
+        provider=str(item["provider"]),
+        attempts=int(item.get("attempts", 0)),
+        last_error_class=item.get("last_error_class"),
+        last_error_message=item.get("last_error_message"),
+        created_at=parse_iso(str(item["created_at"])),
+        updated_at=parse_iso(str(item["updated_at"])),
+        started_at=moment("started_at"),
+        finished_at=moment("finished_at"),
+        lease_expires_at=moment("lease_expires_at"),
+        awaiting_provider=bool(item.get("awaiting_provider", False)),
+        provider_checks=int(item.get("provider_checks", 0)),
+        provider_handle=item.get("provider_handle"),
+        claim_id=item.get("claim_id"),
+        result=json.loads(item["result_json"]) if "result_json" in item else None,
+        result_ref=item.get("result_ref"),
+        usage=json.loads(item.get("usage_json", "{}")),
+        cost=float(item["cost"]) if "cost" in item else None,
+        dead_lettered=bool(item.get("dead_lettered", False)),
+    )
+
+
+def _encode_cursor(key: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, user_id: str) -> dict[str, Any]:
+    """Decode a cursor and check it points into the caller's own rows."""
+    try:
+        key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise MalformedRequestError("cursor is not valid", code="invalid_cursor") from None
+    owner = user_pk(user_id)
+    if not isinstance(key, dict) or key.get(PK) != owner or not all(isinstance(v, str) for v in key.values()):
+        raise MalformedRequestError("cursor is not valid", code="invalid_cursor")
+    return key

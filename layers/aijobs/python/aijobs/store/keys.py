@@ -1,0 +1,68 @@
+"""The key schema of both tables, shared by the store modules and the CDK tables construct.
+
+Access patterns are documented in cdk/aijobs_cdk/constructs/TABLES.md.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+PK, SK = "pk", "sk"
+TTL_ATTRIBUTE = "ttl"
+
+# Index name -> (partition key attribute, sort key attribute).
+SHARD_INDEXES = {
+    # A user's jobs of one status, newest first.
+    "by_user_status": ("gsi1pk", "gsi1sk"),
+    # Jobs of one kind and status ordered by last change: re-runs, sweeper, retention clean-up.
+    "by_kind_status": ("gsi2pk", "gsi2sk"),
+    # Items that fall due at a time (credit grants to expire, transactions past retention).
+    "by_due": ("gsi3pk", "gsi3sk"),
+}
+META_INDEXES = {
+    # Dead letters of a kind, newest first.
+    "by_time": ("gsi1pk", "gsi1sk"),
+}
+
+
+def iso(moment: datetime) -> str:
+    """Fixed-width UTC timestamps, so string order is time order in keys and conditions."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_iso(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def user_pk(user_id: str) -> str:
+    return f"USER#{user_id}"
+
+
+def job_sk(job_id: str) -> str:
+    return f"JOB#{job_id}"
+
+
+def user_status_pk(user_id: str, status: str) -> str:
+    return f"USER#{user_id}#STATUS#{status}"
+
+
+def kind_status_pk(kind: str, status: str) -> str:
+    return f"KIND#{kind}#STATUS#{status}"
+
+
+def idempotency_sk(key: str) -> str:
+    return f"IDEMPOTENCY#{key}"
+
+
+def api_key_pk(key_hash: str) -> str:
+    return f"APIKEY#{key_hash}"
+
+
+PROFILE_SK = "PROFILE"
+API_KEY_SK = "APIKEY"
+SHARD_PK = "SHARD"
+CONFIG_PK = "CONFIG"
+
+
+def dead_letter_pk(kind: str) -> str:
+    return f"DEADLETTER#{kind}"
