@@ -36,7 +36,7 @@ format: bootstrap
 	$(BIN)/ruff format .
 
 typecheck: bootstrap
-	$(BIN)/mypy cdk functions layers tests scripts
+	$(BIN)/mypy cdk cli functions layers tests scripts
 
 pytest: bootstrap
 	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)

@@ -21,3 +21,5 @@ def _fake_aws_credentials() -> None:
         os.environ.pop(key, None)
     os.environ.update(_FAKE_AWS)
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    # X-Ray is a Lambda-side concern; outside Lambda the tracer must stay off.
+    os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"

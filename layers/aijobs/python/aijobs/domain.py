@@ -26,8 +26,8 @@ class QueueMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    jobId: str = Field(min_length=1, max_length=64)  # noqa: N815 - wire format of DESIGN.md §2
-    userId: str = Field(min_length=1, max_length=128)  # noqa: N815
+    jobId: str = Field(min_length=1, max_length=64)
+    userId: str = Field(min_length=1, max_length=128)
     kind: str | None = Field(default=None, max_length=80)
 
 

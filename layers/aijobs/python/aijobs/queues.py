@@ -22,7 +22,9 @@ class UnknownKindError(KeyError):
 class JobQueues:
     """Queue URLs by kind (from the `Q_*` bindings) and the SQS calls made on them."""
 
-    def __init__(self, sqs: SQSClient, urls: Mapping[str, str], dlq_urls: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, sqs: SQSClient, urls: Mapping[str, str], dlq_urls: Mapping[str, str] | None = None
+    ) -> None:
         self._sqs = sqs
         self._urls = dict(urls)
         self._dlq_urls = dict(dlq_urls or {})

@@ -48,7 +48,9 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
         stage=settings.stage,
         kind=settings.queue_name,
         directory=directory(settings),
-        queues=JobQueues(aws.sqs(), {settings.queue_name: settings.queue_url}, {settings.queue_name: settings.dlq_url}),
+        queues=JobQueues(
+            aws.sqs(), {settings.queue_name: settings.queue_url}, {settings.queue_name: settings.dlq_url}
+        ),
         results=ResultStore(aws.s3(), settings.bucket_name),
         provider=get_provider(settings.provider),
         handlers=QUEUE_HANDLERS,

@@ -60,12 +60,16 @@ INT_KEYS: dict[str, _IntKey] = {
     "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest input stored on the job row"),
     "API_THROTTLE_RATE": _IntKey(50, 1, 10_000, "HTTP API steady-state requests per second"),
     "API_THROTTLE_BURST": _IntKey(100, 1, 10_000, "HTTP API burst"),
-    "RETRY_BASE_DELAY_SECONDS": _IntKey(10, 0, 900, "first back-off of a transient failure (doubles, with jitter)"),
+    "RETRY_BASE_DELAY_SECONDS": _IntKey(
+        10, 0, 900, "first back-off of a transient failure (doubles, with jitter)"
+    ),
     "RETRY_MAX_DELAY_SECONDS": _IntKey(900, 1, 43_200, "longest back-off of any retry"),
     "THROTTLE_DELAY_SECONDS": _IntKey(60, 0, 43_200, "back-off of a 429 without Retry-After (doubles)"),
     "PROVIDER_RECHECK_SECONDS": _IntKey(30, 0, 900, "re-check interval of a provider task still running"),
     # 0 (the default) derives the lease from the consumer timeout; see StageConfig.job_lease_seconds.
-    "JOB_LEASE_SECONDS": _IntKey(0, 0, 43_200, "how long a claimed job is held before another consumer may take it"),
+    "JOB_LEASE_SECONDS": _IntKey(
+        0, 0, 43_200, "how long a claimed job is held before another consumer may take it"
+    ),
 }
 LIST_KEYS = ("QUEUE_NAMES", "CRONS")
 OPTIONAL_KEYS = ("QUEUE_MAX_CONCURRENCY", "ALERT_EMAIL", "PROVIDER")

@@ -76,7 +76,9 @@ class Consumer:
         self.function_name = getattr(context, "function_name", self.function_name)
         processor = BatchProcessor(event_type=EventType.SQS)
         response: dict[str, Any] = dict(
-            process_partial_response(event=event, record_handler=self.process, processor=processor, context=context)
+            process_partial_response(
+                event=event, record_handler=self.process, processor=processor, context=context
+            )
         )
         return response
 
@@ -86,7 +88,9 @@ class Consumer:
         handler = self.handlers.get(queue_name or "")
         if queue_name is None or handler is None or queue_name != self.kind:
             # Never fail a whole batch for a queue we do not serve: log and acknowledge.
-            logger.warning("record from an unknown queue acknowledged", extra={"eventSourceARN": record.event_source_arn})
+            logger.warning(
+                "record from an unknown queue acknowledged", extra={"eventSourceARN": record.event_source_arn}
+            )
             return
         if self._paused:
             raise ConsumerPaused("consumer paused earlier in this batch")
@@ -94,7 +98,10 @@ class Consumer:
             message = QueueMessage.model_validate_json(record.body)
         except ValidationError as error:
             # A body we cannot read never becomes readable: finalize by acknowledging, loudly.
-            logger.error("poison message acknowledged", extra={"messageId": record.message_id, "errors": error.error_count()})
+            logger.error(
+                "poison message acknowledged",
+                extra={"messageId": record.message_id, "errors": error.error_count()},
+            )
             emit(METRIC_POISON, kind=self.kind)
             return
         with logger.append_context_keys(jobId=message.jobId, userId=message.userId, kind=self.kind):
@@ -123,7 +130,9 @@ class Consumer:
         else:
             claimed = store.claim(job, now=now, lease=self.lease, max_attempts=self.max_attempts)
         if claimed is None:
-            logger.info("job not runnable (live lease or lost race): acknowledged", extra={"status": job.status.value})
+            logger.info(
+                "job not runnable (live lease or lost race): acknowledged", extra={"status": job.status.value}
+            )
             return
         with logger.append_context_keys(attempt=claimed.attempts):
             self._run(record, store, claimed, handler)
@@ -176,7 +185,12 @@ class Consumer:
         logger.info("provider still running: re-check scheduled", extra={"checks": job.provider_checks + 1})
 
     def _failed(
-        self, record: SQSRecord, store: JobStore, job: Job, error: ProviderError, error_class: str | None = None
+        self,
+        record: SQSRecord,
+        store: JobStore,
+        job: Job,
+        error: ProviderError,
+        error_class: str | None = None,
     ) -> None:
         error_class = error_class or error.error_class
         extra = {"errorClass": error_class, "status": error.status}

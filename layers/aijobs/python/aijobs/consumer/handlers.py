@@ -25,7 +25,9 @@ class JobContext:
     provider: Provider
     results: ResultStore
 
-    def request(self, *, input: Any = None, input_bytes: bytes | None = None, step: str = "main") -> ProviderRequest:
+    def request(
+        self, *, input: Any = None, input_bytes: bytes | None = None, step: str = "main"
+    ) -> ProviderRequest:
         return ProviderRequest(
             job_id=self.job.job_id,
             kind=self.job.kind,

@@ -21,10 +21,10 @@ class RetryPolicy:
         """Seconds until the message may be received again, after failed attempt number `attempt`."""
         if isinstance(error, ThrottledError):
             # Throttles back off longer than blips and never retry before the provider's Retry-After.
-            backoff = min(self.max_delay_seconds, self.throttle_delay_seconds * 2 ** (attempt - 1))
+            backoff = min(self.max_delay_seconds, self.throttle_delay_seconds * (1 << max(0, attempt - 1)))
             wanted = max(float(backoff), error.retry_after or 0.0)
             return min(MAX_VISIBILITY_SECONDS, math.ceil(wanted))
         # Exponential back-off with "equal jitter": half the step fixed, half random, so a burst of
         # failures does not come back at the same moment.
-        ceiling = min(self.max_delay_seconds, self.base_delay_seconds * 2 ** (attempt - 1))
+        ceiling = min(self.max_delay_seconds, self.base_delay_seconds * (1 << max(0, attempt - 1)))
         return math.ceil(ceiling / 2 + self.rng.uniform(0, ceiling / 2))

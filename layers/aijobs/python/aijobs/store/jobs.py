@@ -76,7 +76,13 @@ class JobStore:
     ) -> None:
         """Write a new `queued` row, its idempotency record and any `extra_writes` in one transaction."""
         writes: list[dict[str, Any]] = [
-            {"Put": {"TableName": self.table_name, "Item": _to_item(job), "ConditionExpression": "attribute_not_exists(pk)"}}
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": _to_item(job),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
         ]
         if idempotency_key is not None:
             writes.append(
@@ -100,7 +106,11 @@ class JobStore:
             client.transact_write_items(TransactItems=writes)  # type: ignore[arg-type]
         except client.exceptions.TransactionCanceledException as error:
             reasons = error.response.get("CancellationReasons", [])
-            if idempotency_key is not None and len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
+            if (
+                idempotency_key is not None
+                and len(reasons) > 1
+                and reasons[1].get("Code") == "ConditionalCheckFailed"
+            ):
                 existing = self.get_idempotency(job.user_id, idempotency_key)
                 if existing is not None:
                     raise IdempotencyKeyExists(*existing) from error
@@ -120,10 +130,12 @@ class JobStore:
     # --- reads -------------------------------------------------------------------------------
 
     def get(self, user_id: str, job_id: str) -> Job | None:
-        item = self._table.get_item(Key={PK: user_pk(user_id), SK: job_sk(job_id)}, ConsistentRead=True).get("Item")
+        item = self._table.get_item(Key={PK: user_pk(user_id), SK: job_sk(job_id)}, ConsistentRead=True).get(
+            "Item"
+        )
         return _from_item(item) if item else None
 
-    def list(
+    def list_jobs(
         self,
         user_id: str,
         *,
@@ -146,7 +158,8 @@ class JobStore:
                 "ExpressionAttributeValues": {":pk": user_pk(user_id), ":job": "JOB#"},
             }
         if kind is not None:
-            query["FilterExpression"] = "kind = :kind"
+            query["FilterExpression"] = "#kind = :kind"
+            query["ExpressionAttributeNames"] = {"#kind": "kind"}
             query["ExpressionAttributeValues"][":kind"] = kind
         if cursor:
             query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id)
@@ -229,7 +242,11 @@ class JobStore:
             JobStatus.RUNNING,
             now,
             condition="#status = :running AND awaiting_provider = :true",
-            sets={"lease_expires_at": iso(now + lease), "claim_id": uuid.uuid4().hex, "awaiting_provider": False},
+            sets={
+                "lease_expires_at": iso(now + lease),
+                "claim_id": uuid.uuid4().hex,
+                "awaiting_provider": False,
+            },
             values={":running": JobStatus.RUNNING.value, ":true": True},
             lost_race_returns_none=True,
         )
@@ -273,7 +290,13 @@ class JobStore:
             "cost": str(cost) if cost is not None else None,
         }
         updated = self._transition(
-            job, JobStatus.SUCCEEDED, now, condition=_OWN_CLAIM, sets=sets, values=_claim_values(job), remove=("lease_expires_at",)
+            job,
+            JobStatus.SUCCEEDED,
+            now,
+            condition=_OWN_CLAIM,
+            sets=sets,
+            values=_claim_values(job),
+            remove=("lease_expires_at",),
         )
         assert updated is not None
         return updated
@@ -368,26 +391,33 @@ class JobStore:
             ":gsi2sk": f"{iso(now)}#{job.job_id}",
             **values,
         }
+        # Every attribute goes through a placeholder: DynamoDB reserves hundreds of plain words.
+        names = {"#status": "status"}
         to_remove = list(remove)
         for index, (name, value) in enumerate(sets.items()):
+            names[f"#a{index}"] = name
             if value is None:
                 to_remove.append(name)
             elif isinstance(value, tuple):  # (expression, operand): an arithmetic update
                 expression, operand = value
-                assignments.append(f"{name} = {expression}")
+                assignments.append(f"#a{index} = {expression.replace(name, f'#a{index}')}")
                 expression_values[":one"] = operand
             else:
-                assignments.append(f"{name} = :v{index}")
+                assignments.append(f"#a{index} = :v{index}")
                 expression_values[f":v{index}"] = value
+        removals = []
+        for index, name in enumerate(to_remove):
+            names[f"#r{index}"] = name
+            removals.append(f"#r{index}")
         update = "SET " + ", ".join(assignments)
-        if to_remove:
-            update += " REMOVE " + ", ".join(to_remove)
+        if removals:
+            update += " REMOVE " + ", ".join(removals)
         try:
             response = self._table.update_item(
                 Key={PK: user_pk(job.user_id), SK: job_sk(job.job_id)},
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=expression_values,
                 ReturnValues="ALL_NEW",
             )
@@ -396,7 +426,9 @@ class JobStore:
                 raise
             if lost_race_returns_none:
                 return None
-            raise TransitionConflict(f"job {job.job_id}: {job.status.value} -> {status.value} lost its race") from error
+            raise TransitionConflict(
+                f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
+            ) from error
         return _from_item(response["Attributes"])
 
 

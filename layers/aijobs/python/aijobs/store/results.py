@@ -42,11 +42,16 @@ class ResultStore:
         prefix = result_prefix(job_id, step)
         for artifact in artifacts:
             self._s3.put_object(
-                Bucket=self._bucket, Key=prefix + artifact.name, Body=artifact.data, ContentType=artifact.content_type
+                Bucket=self._bucket,
+                Key=prefix + artifact.name,
+                Body=artifact.data,
+                ContentType=artifact.content_type,
             )
         document = {"output": output, "artifacts": [prefix + artifact.name for artifact in artifacts]}
         body = json.dumps(document).encode()
-        self._s3.put_object(Bucket=self._bucket, Key=prefix + "result.json", Body=body, ContentType="application/json")
+        self._s3.put_object(
+            Bucket=self._bucket, Key=prefix + "result.json", Body=body, ContentType="application/json"
+        )
         inline = document if len(body) <= INLINE_RESULT_BYTES else None
         return prefix + "result.json", inline
 

@@ -53,7 +53,9 @@ class Directory:
             index = int(item["shard"])  # type: ignore[arg-type]
             self._shard_of[user_id] = index
         if index >= len(self.shard_tables):
-            raise RuntimeError(f"user is mapped to shard {index}, but only {len(self.shard_tables)} shards exist")
+            raise RuntimeError(
+                f"user is mapped to shard {index}, but only {len(self.shard_tables)} shards exist"
+            )
         return self.shard_tables[index]
 
     def authenticate(self, key: str) -> Principal | None:
@@ -67,7 +69,9 @@ class Directory:
         shard = int(hashlib.sha256(user_id.encode()).hexdigest(), 16) % len(self.shard_tables)
         self._meta.update_item(
             Key={PK: user_pk(user_id), SK: PROFILE_SK},
-            UpdateExpression="SET shard = if_not_exists(shard, :shard), created_at = if_not_exists(created_at, :now)",
+            UpdateExpression="SET #shard = if_not_exists(#shard, :shard), "
+            "created_at = if_not_exists(created_at, :now)",
+            ExpressionAttributeNames={"#shard": "shard"},
             ExpressionAttributeValues={":shard": shard, ":now": iso(utcnow())},
         )
         item = self._meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}, ConsistentRead=True)["Item"]

@@ -1,0 +1,133 @@
+"""Drive a consumer the way the Lambda SQS event-source mapping does, against any SQS endpoint.
+
+moto's own SQS -> Lambda trigger ignores partial batch responses and needs Docker, so tests and
+the local stack use this instead: receive up to the batch size, hand the handler a real SQS event,
+delete only the records that are not listed in `batchItemFailures`, and leave the failed ones to
+reappear after their visibility timeout (so receive counts and the redrive policy work as in AWS).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of a Lambda context object that powertools and our handlers read."""
+
+    function_name: str
+    memory_limit_in_mb: int = 512
+    function_version: str = "$LATEST"
+    timeout_seconds: float = 60.0
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    invoked_function_arn: str = ""
+    _deadline: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.invoked_function_arn:
+            self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+        self._deadline = time.monotonic() + self.timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def sqs_record(message: MessageTypeDef, queue_arn: str) -> dict[str, Any]:
+    """One record of a Lambda SQS event, built from a ReceiveMessage result."""
+    region = queue_arn.split(":")[3]
+    attributes = message.get("Attributes", {})
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {
+            "ApproximateReceiveCount": attributes.get("ApproximateReceiveCount", "1"),
+            "SentTimestamp": attributes.get("SentTimestamp", "0"),
+            "SenderId": attributes.get("SenderId", ""),
+            "ApproximateFirstReceiveTimestamp": attributes.get("ApproximateFirstReceiveTimestamp", "0"),
+        },
+        "messageAttributes": {},
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
+@dataclass
+class BatchOutcome:
+    received: int
+    failed_ids: list[str]
+    response: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class QueueMapping:
+    """One queue -> one handler, with the mapping's batch size, window and partial-batch rules."""
+
+    sqs: SQSClient
+    queue_url: str
+    queue_arn: str
+    handler: Handler
+    function_name: str
+    batch_size: int = 5
+    batch_window_seconds: float = 0.0
+    enabled: bool = True
+    invocations: int = 0
+
+    def receive_batch(self) -> list[MessageTypeDef]:
+        """Gather up to `batch_size` messages, waiting at most the batching window."""
+        messages: list[MessageTypeDef] = []
+        deadline = time.monotonic() + self.batch_window_seconds
+        while len(messages) < self.batch_size:
+            remaining = deadline - time.monotonic()
+            response = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=min(10, self.batch_size - len(messages)),
+                AttributeNames=["All"],
+                WaitTimeSeconds=0,
+            )
+            got = response.get("Messages", [])
+            messages.extend(got)
+            if remaining <= 0:
+                break
+            if not got:
+                time.sleep(min(0.05, max(remaining, 0)))
+        return messages
+
+    def poll_once(self) -> BatchOutcome:
+        """One mapping cycle: receive a batch, invoke, delete what succeeded."""
+        if not self.enabled:
+            return BatchOutcome(received=0, failed_ids=[])
+        messages = self.receive_batch()
+        if not messages:
+            return BatchOutcome(received=0, failed_ids=[])
+        event = {"Records": [sqs_record(message, self.queue_arn) for message in messages]}
+        self.invocations += 1
+        try:
+            response = self.handler(event, LambdaContext(function_name=self.function_name))
+        except Exception as error:
+            # A failed invocation returns the whole batch to the queue, as in AWS.
+            return BatchOutcome(
+                received=len(messages), failed_ids=[m["MessageId"] for m in messages], error=error
+            )
+        failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])}
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            chunk = done[start : start + 10]
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            )
+        return BatchOutcome(received=len(messages), failed_ids=sorted(failed), response=response)

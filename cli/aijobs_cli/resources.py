@@ -1,0 +1,162 @@
+"""Create a stage's resources on an AWS-compatible endpoint (moto) from the stage configuration.
+
+Names, key schema and queue rules come from the same sources as the CDK stack (`StageConfig`,
+`aijobs.store.keys`, `queue_resource_name`), and every function environment built here is
+validated by the same settings models that the infra tests check the CDK stack against.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+
+from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings
+from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name, resource_prefix
+from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK
+
+
+@dataclass
+class StageResources:
+    config: StageConfig
+    region: str
+    meta_table: str
+    shard_tables: list[str]
+    bucket: str
+    topic_arn: str
+    queue_urls: dict[str, str] = field(default_factory=dict)
+    queue_arns: dict[str, str] = field(default_factory=dict)
+    dlq_urls: dict[str, str] = field(default_factory=dict)
+    dlq_arns: dict[str, str] = field(default_factory=dict)
+
+    def _common_env(self) -> dict[str, str]:
+        return {
+            "STAGE": self.config.stage,
+            "POWERTOOLS_SERVICE_NAME": f"aijobs-{self.config.stage}",
+            "POWERTOOLS_METRICS_NAMESPACE": "aijobs",
+            "META_TABLE_NAME": self.meta_table,
+            "SHARD_TABLE_NAMES": ",".join(self.shard_tables),
+        }
+
+    def _queue_env(self) -> dict[str, str]:
+        return {
+            "QUEUE_NAMES": ";".join(self.config.queue_names),
+            **{self.config.bindings[kind]: url for kind, url in self.queue_urls.items()},
+        }
+
+    def api_env(self) -> dict[str, str]:
+        env = {
+            **self._common_env(),
+            **self._queue_env(),
+            "BUCKET_NAME": self.bucket,
+            "MAX_INLINE_INPUT_BYTES": str(self.config.max_inline_input_bytes),
+            "PROVIDER": self.config.provider,
+        }
+        ApiSettings.from_env(env)
+        return env
+
+    def consumer_env(self, kind: str) -> dict[str, str]:
+        config = self.config
+        env = {
+            **self._common_env(),
+            "ALERT_TOPIC_ARN": self.topic_arn,
+            "BUCKET_NAME": self.bucket,
+            "QUEUE_NAME": kind,
+            "QUEUE_URL": self.queue_urls[kind],
+            "DLQ_URL": self.dlq_urls[kind],
+            "MAX_RETRIES": str(config.max_retries),
+            "PROVIDER": config.provider,
+            "RETRY_BASE_DELAY_SECONDS": str(config.retry_base_delay_seconds),
+            "RETRY_MAX_DELAY_SECONDS": str(config.retry_max_delay_seconds),
+            "THROTTLE_DELAY_SECONDS": str(config.throttle_delay_seconds),
+            "PROVIDER_RECHECK_SECONDS": str(config.provider_recheck_seconds),
+            "JOB_LEASE_SECONDS": str(config.lease_seconds),
+        }
+        ConsumerSettings.from_env(env)
+        return env
+
+    def dlq_env(self) -> dict[str, str]:
+        env = {**self._common_env(), "ALERT_TOPIC_ARN": self.topic_arn}
+        DlqSettings.from_env(env)
+        return env
+
+    def cron_env(self) -> dict[str, str]:
+        env = {**self._common_env(), **self._queue_env(), "ALERT_TOPIC_ARN": self.topic_arn}
+        CronSettings.from_env(env)
+        return env
+
+
+def provision(
+    config: StageConfig, *, region: str = "us-east-1", endpoint_url: str | None = None
+) -> StageResources:
+    """Create (idempotently) the tables, bucket, topic and queues of a stage."""
+    session = boto3.session.Session(region_name=region)
+    dynamodb = session.client("dynamodb", endpoint_url=endpoint_url)
+    sqs = session.client("sqs", endpoint_url=endpoint_url)
+    s3 = session.client("s3", endpoint_url=endpoint_url)
+    sns = session.client("sns", endpoint_url=endpoint_url)
+    prefix = resource_prefix(config.stage)
+
+    resources = StageResources(
+        config=config,
+        region=region,
+        meta_table=f"{prefix}-meta",
+        shard_tables=[f"{prefix}-shard-{index}" for index in range(config.shard_count)],
+        bucket=f"{prefix}-jobs-local",
+        topic_arn=sns.create_topic(Name=f"{prefix}-alerts")["TopicArn"],
+    )
+    existing = set(dynamodb.list_tables()["TableNames"])
+    _create_table(dynamodb, resources.meta_table, META_INDEXES, existing)
+    for name in resources.shard_tables:
+        _create_table(dynamodb, name, SHARD_INDEXES, existing)
+    if region == "us-east-1":
+        s3.create_bucket(Bucket=resources.bucket)
+    else:
+        s3.create_bucket(Bucket=resources.bucket, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
+
+    for kind in config.queue_names:
+        name = queue_resource_name(config.stage, kind)
+        dlq_url = sqs.create_queue(
+            QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
+        )["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        url = sqs.create_queue(
+            QueueName=name,
+            Attributes={
+                "VisibilityTimeout": str(config.visibility_timeout_seconds),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(config.max_receive_count)}
+                ),
+            },
+        )["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        resources.queue_urls[kind], resources.queue_arns[kind] = url, arn
+        resources.dlq_urls[kind], resources.dlq_arns[kind] = dlq_url, dlq_arn
+    return resources
+
+
+def _create_table(dynamodb: Any, name: str, indexes: dict[str, tuple[str, str]], existing: set[str]) -> None:
+    if name in existing:
+        return
+    attributes = {PK, SK} | {key for pair in indexes.values() for key in pair}
+    dynamodb.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in sorted(attributes)],
+        KeySchema=[{"AttributeName": PK, "KeyType": "HASH"}, {"AttributeName": SK, "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": index,
+                "KeySchema": [
+                    {"AttributeName": pk, "KeyType": "HASH"},
+                    {"AttributeName": sk, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index, (pk, sk) in indexes.items()
+        ],
+    )

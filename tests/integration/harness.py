@@ -1,0 +1,156 @@
+"""A provisioned stage on moto, with a controllable clock and helpers to drive the functions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from aijobs import runtime
+from aijobs.consumer.dispatcher import Consumer
+from aijobs.domain import Job, JobStatus, QueueMessage
+from aijobs.ids import new_job_id
+from aijobs.providers.base import ProviderRequest, ProviderResult
+from aijobs.providers.local import LocalProvider
+from aijobs.settings import ConsumerSettings
+from aijobs.store.jobs import JobStore
+from aijobs.store.tenants import Directory
+from aijobs_cli.esm import QueueMapping
+from aijobs_cli.resources import StageResources
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def load_event(name: str) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return event
+
+
+class Clock:
+    """A clock the test moves by hand (leases and timestamps); SQS timing stays real."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class CountingProvider(LocalProvider):
+    """The local provider, counting calls per job (to prove a job ran once)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(sleep=lambda _seconds: None, **kwargs)
+        self.calls: dict[str, int] = {}
+        self.before_run: Any = None
+
+    def run(self, request: ProviderRequest) -> ProviderResult:
+        self.calls[request.job_id] = self.calls.get(request.job_id, 0) + 1
+        if self.before_run is not None:
+            hook, self.before_run = self.before_run, None
+            hook(request)
+        return super().run(request)
+
+
+@dataclass
+class Stage:
+    resources: StageResources
+    clock: Clock
+    provider: CountingProvider = field(default_factory=CountingProvider)
+    _consumers: dict[str, Consumer] = field(default_factory=dict)
+
+    @property
+    def sqs(self) -> Any:
+        return boto3.client("sqs", region_name=self.resources.region)
+
+    @property
+    def directory(self) -> Directory:
+        return runtime.directory(ConsumerSettings.from_env(self.resources.consumer_env(self.kinds[0])))
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return self.resources.config.queue_names
+
+    def consumer(self, kind: str) -> Consumer:
+        if kind not in self._consumers:
+            consumer = runtime.build_consumer(
+                ConsumerSettings.from_env(self.resources.consumer_env(kind)), clock=self.clock
+            )
+            consumer.provider = self.provider
+            self._consumers[kind] = consumer
+        return self._consumers[kind]
+
+    def mapping(self, kind: str, batch_size: int = 5) -> QueueMapping:
+        return QueueMapping(
+            sqs=self.sqs,
+            queue_url=self.resources.queue_urls[kind],
+            queue_arn=self.resources.queue_arns[kind],
+            handler=self.consumer(kind).handle,
+            function_name=f"aijobs-dev-consumer-{kind}",
+            batch_size=batch_size,
+        )
+
+    def store_for(self, user_id: str) -> JobStore:
+        table = self.directory.shard_for(user_id)
+        assert table is not None, f"unknown user {user_id}"
+        return JobStore(table)
+
+    def submit(self, user_id: str, kind: str, text: Any, **fields: Any) -> Job:
+        """Write a queued row and send its reference, as the producer does."""
+        self.directory.ensure_user(user_id)
+        now = self.clock()
+        job = Job(
+            job_id=new_job_id(int(now.timestamp() * 1000)),
+            user_id=user_id,
+            kind=kind,
+            status=JobStatus.QUEUED,
+            input=text,
+            provider="local",
+            created_at=now,
+            updated_at=now,
+            **fields,
+        )
+        self.store_for(user_id).create(job)
+        self.send(job)
+        return job
+
+    def send(self, job: Job, *, kind: str | None = None) -> None:
+        message = QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind)
+        self.sqs.send_message(
+            QueueUrl=self.resources.queue_urls[kind or job.kind], MessageBody=message.model_dump_json()
+        )
+
+    def job(self, job: Job) -> Job:
+        row = self.store_for(job.user_id).get(job.user_id, job.job_id)
+        assert row is not None
+        return row
+
+    def receive(self, url: str, count: int = 10) -> list[Any]:
+        response = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=count, AttributeNames=["All"])
+        messages: list[Any] = response.get("Messages", [])
+        return messages
+
+    def drain(self, kind: str, *, rounds: int = 20) -> Iterator[Any]:
+        mapping = self.mapping(kind)
+        for _ in range(rounds):
+            outcome = mapping.poll_once()
+            if outcome.received == 0:
+                return
+            yield outcome
+
+    def make_visible(self, kind: str) -> None:
+        """Skip a back-off: make every in-flight message of the queue visible now."""
+        for message in self.receive(self.resources.queue_urls[kind]):
+            self.sqs.change_message_visibility(
+                QueueUrl=self.resources.queue_urls[kind],
+                ReceiptHandle=message["ReceiptHandle"],
+                VisibilityTimeout=0,
+            )
