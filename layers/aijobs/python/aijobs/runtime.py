@@ -11,6 +11,7 @@ from functools import cache
 
 from aijobs import aws
 from aijobs.alerts import Alerts
+from aijobs.api.service import JobService
 from aijobs.consumer.control import ConsumerControl
 from aijobs.consumer.dispatcher import Consumer
 from aijobs.consumer.registry import QUEUE_HANDLERS
@@ -68,8 +69,22 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
     )
 
 
+@cache
+def api_service() -> JobService:
+    settings = api_settings()
+    return JobService(
+        directory=directory(settings),
+        queues=JobQueues(aws.sqs(), settings.queue_urls),
+        results=ResultStore(aws.s3(), settings.bucket_name),
+        provider=get_provider(settings.provider),
+        provider_name=settings.provider,
+        max_inline_input_bytes=settings.max_inline_input_bytes,
+        clock=utcnow,
+    )
+
+
 def reset_runtime() -> None:
     """Forget every cached setting, client and collaborator (tests, local stack reloads)."""
-    for factory in (api_settings, consumer_settings, dlq_settings, cron_settings, consumer):
+    for factory in (api_settings, consumer_settings, dlq_settings, cron_settings, consumer, api_service):
         factory.cache_clear()
     aws.reset_clients()

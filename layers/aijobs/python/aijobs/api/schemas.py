@@ -1,0 +1,97 @@
+"""API request and response models (the OpenAPI document is generated from these)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aijobs.domain import JobStatus
+
+
+class JobRequest(BaseModel):
+    """`POST /jobs`: what to do. Exactly one of `input` (inline) or `inputRef` (an uploaded object)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, max_length=80, description="a configured job kind, e.g. `summary`")
+    input: str | dict[str, Any] | None = Field(
+        default=None, description="the text or prompt (string), or an object for kinds that need fields"
+    )
+    inputRef: str | None = Field(
+        default=None,
+        max_length=300,
+        description="S3 key of an input uploaded under `inputs/<your user id>/` (large inputs, images)",
+    )
+    model: str | None = Field(default=None, max_length=120, description="provider model override")
+    options: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> JobRequest:
+        if (self.input is None) == (self.inputRef is None):
+            raise ValueError("give exactly one of `input` or `inputRef`")
+        return self
+
+
+class Links(BaseModel):
+    self: str
+
+
+class JobAccepted(BaseModel):
+    jobId: str
+    status: JobStatus
+    kind: str
+    createdAt: datetime
+    links: Links
+
+
+class ArtifactLink(BaseModel):
+    key: str
+    url: str
+
+
+class JobView(BaseModel):
+    """`GET /jobs/{jobId}`: the job as its owner sees it."""
+
+    jobId: str
+    kind: str
+    status: JobStatus
+    attempts: int
+    lastErrorClass: str | None = None
+    lastErrorMessage: str | None = None
+    createdAt: datetime
+    updatedAt: datetime
+    startedAt: datetime | None = None
+    finishedAt: datetime | None = None
+    model: str | None = None
+    result: Any = Field(default=None, description="the job's output when small enough to inline")
+    resultRef: str | None = Field(default=None, description="S3 key of the result document")
+    resultUrl: str | None = Field(default=None, description="short-lived download URL of the result")
+    artifacts: list[ArtifactLink] = Field(default_factory=list)
+    deadLettered: bool = False
+    links: Links
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+    nextCursor: str | None = None
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=10_000)
+
+
+class ClassifyResponse(BaseModel):
+    label: str
+    score: float
+    tags: list[str]
+    model: str
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="machine-readable reason")
+    message: str = Field(description="for people")
+    details: Any = None

@@ -1,0 +1,193 @@
+"""What the API does, independent of HTTP: submit, read and list jobs; classify synchronously."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from aijobs.api.schemas import ArtifactLink, JobRequest, JobView, Links
+from aijobs.domain import Job, JobStatus, QueueMessage
+from aijobs.errors import (
+    ConflictError,
+    MalformedRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+    UnprocessableError,
+)
+from aijobs.ids import new_job_id
+from aijobs.observability import METRIC_ACCEPTED, emit, logger
+from aijobs.providers.base import Classification, Provider
+from aijobs.queues import JobQueues
+from aijobs.store.jobs import IdempotencyKeyExists, JobStore, Page
+from aijobs.store.results import ResultStore, input_ref_is_owned
+from aijobs.store.tenants import Directory, Principal
+
+_IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+def request_hash(request: JobRequest) -> str:
+    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass
+class JobService:
+    directory: Directory
+    queues: JobQueues
+    results: ResultStore
+    provider: Provider
+    provider_name: str
+    max_inline_input_bytes: int
+    clock: Callable[[], datetime]
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise UnauthorizedError("send `Authorization: Bearer <api key>`", code="missing_api_key")
+        principal = self.directory.authenticate(key.strip())
+        if principal is None:
+            raise UnauthorizedError("the API key is not valid", code="invalid_api_key")
+        return principal
+
+    def _store(self, principal: Principal) -> JobStore:
+        table = self.directory.shard_for(principal.user_id)
+        if table is None:
+            raise UnauthorizedError("the API key's user has no tenant", code="unknown_user")
+        return JobStore(table)
+
+    def submit(
+        self, principal: Principal, request: JobRequest, idempotency_key: str | None
+    ) -> tuple[Job, bool]:
+        """Write the `queued` row and send its reference; returns (job, replayed)."""
+        self._check(principal, request, idempotency_key)
+        store = self._store(principal)
+        now = self.clock()
+        job = Job(
+            job_id=new_job_id(int(now.timestamp() * 1000)),
+            user_id=principal.user_id,
+            kind=request.kind,
+            status=JobStatus.QUEUED,
+            input=request.input,
+            input_ref=request.inputRef,
+            options=request.options,
+            model=request.model,
+            provider=self.provider_name,
+            created_at=now,
+            updated_at=now,
+        )
+        digest = request_hash(request)
+        try:
+            store.create(job, idempotency_key=idempotency_key, request_hash=digest)
+        except IdempotencyKeyExists as existing:
+            if existing.request_hash != digest:
+                raise ConflictError(
+                    "this Idempotency-Key was already used with a different request",
+                    code="idempotency_key_reused",
+                ) from None
+            earlier = store.get(principal.user_id, existing.job_id)
+            if earlier is None:  # the earlier job was removed by retention: treat the key as spent
+                raise ConflictError("this Idempotency-Key belongs to a job that no longer exists") from None
+            logger.info("idempotent replay: same job returned", extra={"jobId": earlier.job_id})
+            return earlier, True
+        try:
+            self.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
+        except Exception:
+            # Never leave a `queued` row without a message: finalize it, free the key, ask for a retry.
+            logger.exception("enqueue failed: job finalized", extra={"jobId": job.job_id})
+            store.fail_final(
+                job,
+                now=self.clock(),
+                error_class="enqueue_failed",
+                message="the queue was unavailable",
+                own_claim=False,
+            )
+            if idempotency_key is not None:
+                store.forget_idempotency(principal.user_id, idempotency_key)
+            raise ServiceUnavailableError(
+                "the job queue is unavailable; retry with the same Idempotency-Key"
+            ) from None
+        emit(METRIC_ACCEPTED, kind=job.kind)
+        logger.info("job accepted", extra={"jobId": job.job_id, "kind": job.kind, "userId": job.user_id})
+        return job, False
+
+    def _check(self, principal: Principal, request: JobRequest, idempotency_key: str | None) -> None:
+        if request.kind not in self.queues.kinds:
+            raise UnprocessableError(
+                f"unknown kind {request.kind!r}",
+                code="unknown_kind",
+                details={"kinds": list(self.queues.kinds)},
+            )
+        if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+            raise MalformedRequestError(
+                "Idempotency-Key must be 1-128 letters, digits or _.:-", code="invalid_idempotency_key"
+            )
+        if request.input is not None:
+            size = len(json.dumps(request.input, separators=(",", ":")).encode())
+            if size > self.max_inline_input_bytes:
+                raise PayloadTooLargeError(
+                    f"input is {size} bytes; inline inputs are limited to {self.max_inline_input_bytes} bytes",
+                    details={
+                        "limit": self.max_inline_input_bytes,
+                        "hint": f"upload the input to inputs/{principal.user_id}/<name> and send `inputRef`",
+                    },
+                )
+        if request.inputRef is not None and not input_ref_is_owned(request.inputRef, principal.user_id):
+            raise UnprocessableError(
+                f"inputRef must name an object under inputs/{principal.user_id}/", code="invalid_input_ref"
+            )
+
+    def get(self, principal: Principal, job_id: str) -> Job:
+        job = self._store(principal).get(principal.user_id, job_id)
+        if job is None:  # another tenant's job is indistinguishable from a missing one
+            raise NotFoundError(f"no job {job_id!r}")
+        return job
+
+    def list_jobs(
+        self,
+        principal: Principal,
+        *,
+        status: JobStatus | None,
+        kind: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> Page:
+        if kind is not None and kind not in self.queues.kinds:
+            raise UnprocessableError(f"unknown kind {kind!r}", code="unknown_kind")
+        return self._store(principal).list_jobs(
+            principal.user_id, status=status, kind=kind, limit=limit, cursor=cursor
+        )
+
+    def classify(self, text: str) -> Classification:
+        return self.provider.classify(text)
+
+    def view(self, job: Job) -> JobView:
+        artifacts: list[ArtifactLink] = []
+        if isinstance(job.result, dict):
+            artifacts = [
+                ArtifactLink(key=k, url=self.results.download_url(k)) for k in job.result.get("artifacts", [])
+            ]
+        return JobView(
+            jobId=job.job_id,
+            kind=job.kind,
+            status=job.status,
+            attempts=job.attempts,
+            lastErrorClass=job.last_error_class,
+            lastErrorMessage=job.last_error_message,
+            createdAt=job.created_at,
+            updatedAt=job.updated_at,
+            startedAt=job.started_at,
+            finishedAt=job.finished_at,
+            model=job.model,
+            result=job.result.get("output") if isinstance(job.result, dict) else None,
+            resultRef=job.result_ref,
+            resultUrl=self.results.download_url(job.result_ref) if job.result_ref else None,
+            artifacts=artifacts,
+            deadLettered=job.dead_lettered,
+            links=Links(self=f"/jobs/{job.job_id}"),
+        )
