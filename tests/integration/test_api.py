@@ -194,7 +194,7 @@ def test_classify_answers_synchronously(api: Api) -> None:
 
 
 def test_openapi_document_is_generated_from_the_models(api: Api) -> None:
-    status, headers, document = api.call("api-get-openapi.json", user=None)
+    status, _headers, document = api.call("api-get-openapi.json", user=None)
     assert status == 200
     assert document["info"]["title"] == "aijobs"
     assert {"/jobs", "/jobs/{job_id}", "/classify"} <= set(document["paths"])

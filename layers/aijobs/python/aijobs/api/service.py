@@ -131,7 +131,8 @@ class JobService:
             size = len(json.dumps(request.input, separators=(",", ":")).encode())
             if size > self.max_inline_input_bytes:
                 raise PayloadTooLargeError(
-                    f"input is {size} bytes; inline inputs are limited to {self.max_inline_input_bytes} bytes",
+                    f"input is {size} bytes; inline inputs are limited to "
+                    f"{self.max_inline_input_bytes} bytes",
                     details={
                         "limit": self.max_inline_input_bytes,
                         "hint": f"upload the input to inputs/{principal.user_id}/<name> and send `inputRef`",
