@@ -1,7 +1,13 @@
-"""Entry point placeholder: the job lifecycle issue wires this handler."""
+"""Dead-letter consumer entry point: record, finalize, alert; never re-queue (DESIGN.md §5)."""
+
+from __future__ import annotations
 
 from typing import Any
 
+from aijobs import runtime
+from aijobs.observability import logger
 
+
+@logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    raise NotImplementedError("this function is wired by the job lifecycle work")
+    return runtime.dead_letter_consumer().handle(event, context)

@@ -17,8 +17,8 @@ SETTINGS_BY_HANDLER: dict[str, type[FunctionSettings]] = {
     "dlq_consumer.handler.handler": DlqSettings,
     "cron_dispatcher.handler.handler": CronSettings,
 }
-# X-Ray has no resource-level permissions; nothing else may use a bare "*".
-XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+# Actions without resource-level permissions; nothing else may use a bare "*".
+UNSCOPED_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "lambda:ListEventSourceMappings"}
 
 
 def _resolved_environment(props: dict[str, Any]) -> dict[str, str]:
@@ -86,7 +86,7 @@ def test_each_function_has_its_own_role_without_managed_policies(dev: Synth) -> 
         assert "ManagedPolicyArns" not in dev.props(role_id)
 
 
-def test_no_policy_grants_a_bare_wildcard_except_xray(dev: Synth) -> None:
+def test_no_policy_grants_a_bare_wildcard_except_unscopable_actions(dev: Synth) -> None:
     for logical_id, policy in dev.resources("AWS::IAM::Policy").items():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
@@ -95,7 +95,7 @@ def test_no_policy_grants_a_bare_wildcard_except_xray(dev: Synth) -> None:
             )
             assert "*" not in actions, logical_id
             if "*" in resources:
-                assert set(actions) <= XRAY_ACTIONS, (logical_id, actions)
+                assert set(actions) <= UNSCOPED_ACTIONS, (logical_id, actions)
 
 
 def test_cron_dispatcher_is_not_retried_by_lambda(dev: Synth) -> None:
@@ -103,3 +103,15 @@ def test_cron_dispatcher_is_not_retried_by_lambda(dev: Synth) -> None:
     assert config["Properties"]["MaximumRetryAttempts"] == 0
     (dispatcher_id,) = dev.functions_by_handler("cron_dispatcher.handler.handler")
     assert config["Properties"]["FunctionName"] == {"Ref": dispatcher_id}
+
+
+def test_each_consumer_may_disable_only_its_own_event_source_mapping(dev: Synth) -> None:
+    consumers = dev.functions_by_handler("queue_consumer.handler.handler")
+    allowed: dict[str, str] = {}
+    for policy in dev.resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Action"] == "lambda:UpdateEventSourceMapping":
+                function = statement["Condition"]["StringEquals"]["lambda:FunctionArn"]
+                (role,) = policy["Properties"]["Roles"]
+                allowed[target_id(role)] = target_id(function)
+    assert {target_id(props["Role"]): fn for fn, props in consumers.items()} == allowed

@@ -145,12 +145,3 @@ class Stage:
             if outcome.received == 0:
                 return
             yield outcome
-
-    def make_visible(self, kind: str) -> None:
-        """Skip a back-off: make every in-flight message of the queue visible now."""
-        for message in self.receive(self.resources.queue_urls[kind]):
-            self.sqs.change_message_visibility(
-                QueueUrl=self.resources.queue_urls[kind],
-                ReceiptHandle=message["ReceiptHandle"],
-                VisibilityTimeout=0,
-            )

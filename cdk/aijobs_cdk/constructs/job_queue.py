@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
@@ -97,3 +98,41 @@ class JobQueue(Construct):
         # Delayed re-sends (provider still running) go to its own queue; the attempt cap to its DLQ.
         self.queue.grant_send_messages(self.consumer)
         self.dlq.grant_send_messages(self.consumer)
+        self._allow_pausing_itself()
+
+    def _allow_pausing_itself(self) -> None:
+        """On a provider 401/403 the consumer disables its own mapping (DESIGN.md §4). Lambda has no
+        grant_* for this: listing mappings takes no resource, and the update is limited to mappings
+        whose function is this consumer."""
+        mappings = Stack.of(self).format_arn(
+            service="lambda",
+            resource="event-source-mapping",
+            resource_name="*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        policy = iam.Policy(
+            self,
+            "PauseOwnMapping",
+            statements=[
+                iam.PolicyStatement(actions=["lambda:ListEventSourceMappings"], resources=["*"]),
+                iam.PolicyStatement(
+                    actions=["lambda:UpdateEventSourceMapping"],
+                    resources=[mappings],
+                    conditions={"StringEquals": {"lambda:FunctionArn": self.consumer.function_arn}},
+                ),
+            ],
+        )
+        assert self.consumer.role is not None
+        policy.attach_to_role(self.consumer.role)
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "lambda:ListEventSourceMappings supports no resource-level permissions; it only reads mappings",
+        )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:lambda:<AWS::Region>:<AWS::AccountId>:"
+            "event-source-mapping:*]",
+            "Mapping ids are not known before deploy; the lambda:FunctionArn condition limits updates to "
+            "this consumer's own mappings",
+        )

@@ -16,11 +16,13 @@ from aijobs.consumer.control import ConsumerControl
 from aijobs.consumer.dispatcher import Consumer
 from aijobs.consumer.registry import QUEUE_HANDLERS
 from aijobs.consumer.retry import RetryPolicy
+from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import utcnow
 from aijobs.providers.registry import get_provider
 from aijobs.queues import JobQueues
 from aijobs.settings import (
     ConsumerSettings,
+    DlqSettings,
     FunctionSettings,
     api_settings,
     consumer_settings,
@@ -83,8 +85,33 @@ def api_service() -> JobService:
     )
 
 
+@cache
+def dead_letter_consumer() -> DeadLetterConsumer:
+    return build_dead_letter_consumer(dlq_settings())
+
+
+def build_dead_letter_consumer(
+    settings: DlqSettings, clock: Callable[[], datetime] = utcnow
+) -> DeadLetterConsumer:
+    return DeadLetterConsumer(
+        stage=settings.stage,
+        directory=directory(settings),
+        meta=aws.dynamodb().Table(settings.meta_table_name),
+        alerts=Alerts(aws.sns(), settings.alert_topic_arn),
+        clock=clock,
+    )
+
+
 def reset_runtime() -> None:
     """Forget every cached setting, client and collaborator (tests, local stack reloads)."""
-    for factory in (api_settings, consumer_settings, dlq_settings, cron_settings, consumer, api_service):
+    for factory in (
+        api_settings,
+        consumer_settings,
+        dlq_settings,
+        cron_settings,
+        consumer,
+        api_service,
+        dead_letter_consumer,
+    ):
         factory.cache_clear()
     aws.reset_clients()

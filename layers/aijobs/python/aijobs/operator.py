@@ -1,0 +1,130 @@
+"""Operator actions (DESIGN.md §5): re-run one job, re-run a filtered batch, mark a job failed_final.
+
+A re-run resets the attempt budget, sets `queued` and re-sends the reference; nothing else ever
+executes a `failed_final` job again. The CLI wraps these functions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from aijobs.domain import Job, JobStatus, QueueMessage
+from aijobs.errors import NotFoundError, TransitionConflict
+from aijobs.observability import logger
+from aijobs.queues import JobQueues
+from aijobs.store.jobs import JobStore
+from aijobs.store.tenants import Directory
+
+# Statuses an operator may re-run. `failed_retryable` covers a job stranded between attempts.
+RERUNNABLE = (JobStatus.FAILED_FINAL, JobStatus.FAILED_RETRYABLE)
+
+
+@dataclass(frozen=True)
+class BatchRerun:
+    """What a batch re-run matched and did (with `dry_run`, only `matched` is filled)."""
+
+    matched: int
+    rerun: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+@dataclass
+class Operator:
+    directory: Directory
+    queues: JobQueues
+    clock: Callable[[], datetime]
+    sleep: Callable[[float], None] = time.sleep
+
+    def _store(self, user_id: str) -> JobStore:
+        table = self.directory.shard_for(user_id)
+        if table is None:
+            raise NotFoundError(f"no user {user_id!r}")
+        return JobStore(table)
+
+    def _job(self, user_id: str, job_id: str) -> tuple[JobStore, Job]:
+        store = self._store(user_id)
+        job = store.get(user_id, job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r} for user {user_id!r}")
+        return store, job
+
+    def rerun(self, user_id: str, job_id: str) -> Job:
+        """Re-run one job: fresh attempt budget, `queued`, reference re-sent."""
+        store, job = self._job(user_id, job_id)
+        queued = store.requeue(job, now=self.clock(), allowed_from=RERUNNABLE)
+        try:
+            self.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
+        except Exception:
+            store.fail_final(
+                queued, now=self.clock(), error_class="enqueue_failed", message="re-run could not be queued",
+                own_claim=False,
+            )  # fmt: skip
+            raise
+        logger.info("operator re-run", extra={"jobId": job.job_id, "userId": user_id, "kind": job.kind})
+        return queued
+
+    def fail_final(self, user_id: str, job_id: str, reason: str) -> Job:
+        """Give up on a job for good (worthless or clearly bad input)."""
+        store, job = self._job(user_id, job_id)
+        finished = store.fail_final(
+            job, now=self.clock(), error_class="operator", message=reason, own_claim=False
+        )
+        logger.info("operator marked job failed_final", extra={"jobId": job_id, "userId": user_id})
+        return finished
+
+    def find(
+        self,
+        kind: str,
+        *,
+        statuses: Sequence[JobStatus] = (JobStatus.FAILED_FINAL,),
+        error_class: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[Job]:
+        """Jobs of a kind across every active shard, by status, error class and last-change window."""
+        jobs: list[Job] = []
+        for index in self.directory.active_shards():
+            store = JobStore(self.directory.shard_tables[index])
+            for status in statuses:
+                found = store.query_kind_status(kind, status, after=since, before=until)
+                jobs.extend(
+                    job for job in found if error_class is None or job.last_error_class == error_class
+                )
+        return sorted(jobs, key=lambda job: job.updated_at)
+
+    def rerun_batch(
+        self,
+        kind: str,
+        *,
+        error_class: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        dry_run: bool = True,
+        rate_per_second: float = 5.0,
+        limit: int | None = None,
+    ) -> BatchRerun:
+        """Re-run matching `failed_final` jobs after a fix; a dry run only counts them.
+
+        Sends are spaced to `rate_per_second` so a large replay does not stampede the provider.
+        """
+        if rate_per_second <= 0:
+            raise ValueError("rate_per_second must be positive")
+        jobs = self.find(kind, error_class=error_class, since=since, until=until)
+        if limit is not None:
+            jobs = jobs[:limit]
+        if dry_run:
+            return BatchRerun(matched=len(jobs), dry_run=True)
+        report = BatchRerun(matched=len(jobs))
+        for index, job in enumerate(jobs):
+            if index:
+                self.sleep(1.0 / rate_per_second)
+            try:
+                self.rerun(job.user_id, job.job_id)
+                report.rerun.append(job.job_id)
+            except TransitionConflict:
+                report.skipped.append(job.job_id)  # changed since it was listed
+        return report

@@ -1,0 +1,228 @@
+"""DLQ consumer and operator re-runs, from a job that exhausts its retries to its re-run."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from aijobs import runtime
+from aijobs.dead_letters import DeadLetterConsumer, list_dead_letters
+from aijobs.domain import JobStatus
+from aijobs.errors import NotFoundError, TransitionConflict
+from aijobs.operator import Operator
+from aijobs.queues import JobQueues
+from aijobs.settings import DlqSettings
+from aijobs_cli.esm import LambdaContext, QueueMapping
+from tests.integration.harness import Stage, load_event
+
+pytestmark = pytest.mark.integration
+
+TEXT = "A sentence to summarise. Another one follows it here."
+
+
+def _dlq_consumer(stage: Stage) -> DeadLetterConsumer:
+    return runtime.build_dead_letter_consumer(
+        DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
+    )
+
+
+def _dlq_mapping(stage: Stage, kind: str) -> QueueMapping:
+    return QueueMapping(
+        sqs=stage.sqs,
+        queue_url=stage.resources.dlq_urls[kind],
+        queue_arn=stage.resources.dlq_arns[kind],
+        handler=_dlq_consumer(stage).handle,
+        function_name="aijobs-dev-dlq",
+    )
+
+
+def _meta(stage: Stage) -> Any:
+    return boto3.resource("dynamodb").Table(stage.resources.meta_table)
+
+
+def _alerts(stage: Stage) -> str:
+    url = stage.sqs.create_queue(QueueName="alert-inbox")["QueueUrl"]
+    arn = stage.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    boto3.client("sns").subscribe(TopicArn=stage.resources.topic_arn, Protocol="sqs", Endpoint=arn)
+    return str(url)
+
+
+def _operator(stage: Stage, sleeps: list[float] | None = None) -> Operator:
+    return Operator(
+        directory=stage.directory,
+        queues=JobQueues(stage.sqs, stage.resources.queue_urls),
+        clock=stage.clock,
+        sleep=(sleeps.append if sleeps is not None else lambda _s: None),
+    )
+
+
+def _exhaust(stage: Stage, user: str = "alice", text: str = "#fail:503 " + TEXT) -> Any:
+    job = stage.submit(user, "summary", text)
+    list(stage.drain("summary"))
+    return job
+
+
+def test_exhausted_job_is_recorded_finalized_alerted_and_counted(
+    stage: Stage, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inbox = _alerts(stage)
+    job = _exhaust(stage)
+    capsys.readouterr()
+    outcome = _dlq_mapping(stage, "summary").poll_once()
+    assert (outcome.received, outcome.failed_ids) == (1, [])
+
+    row = stage.job(job)
+    assert (row.status, row.dead_lettered, row.last_error_class) == (
+        JobStatus.FAILED_FINAL,
+        True,
+        "transient",
+    )
+    (entry,) = list_dead_letters(_meta(stage), "summary")
+    assert (entry.job_id, entry.user_id, entry.attempts, entry.last_error_class) == (
+        job.job_id,
+        "alice",
+        4,
+        "transient",
+    )
+    (alert,) = stage.receive(inbox)
+    detail = json.loads(json.loads(alert["Body"])["Message"])
+    assert (detail["job_id"], detail["kind"]) == (job.job_id, "summary")
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    dead = [m for m in emf if "DeadLettered" in m]
+    assert len(dead) == 1
+    assert dead[0]["kind"] == "summary"
+    assert dead[0]["DeadLettered"] in (1, 1.0, [1.0])
+    # It never re-queues.
+    assert stage.receive(stage.resources.queue_urls["summary"]) == []
+    assert stage.receive(stage.resources.dlq_urls["summary"]) == []
+
+
+def test_a_duplicate_dead_letter_delivery_alerts_once(stage: Stage) -> None:
+    inbox = _alerts(stage)
+    job = _exhaust(stage)
+    (message,) = stage.receive(stage.resources.dlq_urls["summary"])
+    record = load_event("sqs-dlq-batch.json")["Records"][0]
+    record |= {"body": message["Body"], "messageId": message["MessageId"]}
+    record["eventSourceARN"] = stage.resources.dlq_arns["summary"]
+    event = {"Records": [record]}
+    consumer = _dlq_consumer(stage)
+    assert consumer.handle(event, LambdaContext("dlq")) == {"batchItemFailures": []}
+    assert consumer.handle(event, LambdaContext("dlq")) == {"batchItemFailures": []}
+    assert len(stage.receive(inbox)) == 1
+    assert len(list_dead_letters(_meta(stage), "summary")) == 1
+    assert stage.job(job).status is JobStatus.FAILED_FINAL
+
+
+def test_an_unreadable_dead_letter_is_recorded_without_its_body(stage: Stage) -> None:
+    stage.sqs.send_message(
+        QueueUrl=stage.resources.dlq_urls["summary"], MessageBody="secret prompt, not json"
+    )
+    assert _dlq_mapping(stage, "summary").poll_once().failed_ids == []
+    (entry,) = list_dead_letters(_meta(stage), "summary")
+    assert entry.job_id.startswith("unreadable-")
+    assert "secret" not in json.dumps(entry.model_dump())
+
+
+def test_dlq_handler_entry_point_with_the_sample_event(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in stage.resources.dlq_env().items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    from dlq_consumer import handler
+
+    job = stage.submit("user-demo", "summary", TEXT)
+    event = load_event("sqs-dlq-batch.json")
+    event["Records"][0]["body"] = json.dumps({"jobId": job.job_id, "userId": "user-demo", "kind": "summary"})
+    assert handler.handler(event, LambdaContext("aijobs-dev-dlq")) == {"batchItemFailures": []}
+    assert stage.job(job).dead_lettered is True
+
+
+def test_a_finished_job_is_never_run_again_without_an_operator(stage: Stage) -> None:
+    job = _exhaust(stage)
+    _dlq_mapping(stage, "summary").poll_once()
+    calls = stage.provider.calls[job.job_id]
+    stage.send(job)  # a stray copy of its message
+    list(stage.drain("summary"))
+    assert stage.provider.calls[job.job_id] == calls
+    assert stage.job(job).status is JobStatus.FAILED_FINAL
+
+
+def test_rerun_from_the_dlq_resets_the_budget_and_succeeds(stage: Stage) -> None:
+    job = _exhaust(stage, text="#fail:503x4 " + TEXT)  # fails 4 times, would pass on a 5th attempt
+    _dlq_mapping(stage, "summary").poll_once()
+    queued = _operator(stage).rerun("alice", job.job_id)
+    assert (queued.status, queued.attempts, queued.dead_lettered) == (JobStatus.QUEUED, 0, False)
+    # Count without receiving: every receive spends one of the message's maxReceiveCount.
+    attributes = stage.sqs.get_queue_attributes(
+        QueueUrl=stage.resources.queue_urls["summary"], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "1"
+    # `#fail:503x4` counts attempts, and the budget was reset: attempts 1-4 fail again, so the job
+    # dead-letters again; a re-run is a fresh budget, not a bypass of the retry rules.
+    list(stage.drain("summary"))
+    assert stage.job(job).attempts == 4
+    (again,) = stage.receive(stage.resources.dlq_urls["summary"])
+    assert json.loads(again["Body"]) == {"jobId": job.job_id, "userId": "alice", "kind": "summary"}
+
+
+def test_rerun_of_a_fixed_problem_succeeds(stage: Stage) -> None:
+    job = _exhaust(stage, text="#fail:400 " + TEXT)
+    assert stage.job(job).status is JobStatus.FAILED_FINAL
+    store = stage.store_for("alice")
+    fixed = stage.job(job).model_copy(update={"input": TEXT})
+    store._table.update_item(  # the producer bug is fixed and the row's input corrected
+        Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
+        UpdateExpression="SET input_json = :i",
+        ExpressionAttributeValues={":i": json.dumps(fixed.input)},
+    )
+    _operator(stage).rerun("alice", job.job_id)
+    list(stage.drain("summary"))
+    row = stage.job(job)
+    assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
+
+
+def test_rerun_refuses_a_job_that_is_not_failed(stage: Stage) -> None:
+    job = stage.submit("alice", "summary", TEXT)
+    with pytest.raises(TransitionConflict):
+        _operator(stage).rerun("alice", job.job_id)
+    with pytest.raises(NotFoundError):
+        _operator(stage).rerun("alice", "01NOSUCHJOB")
+
+
+def test_fail_final_stops_a_queued_job_from_running(stage: Stage) -> None:
+    job = stage.submit("alice", "summary", TEXT)
+    finished = _operator(stage).fail_final("alice", job.job_id, "spam input")
+    assert (finished.status, finished.last_error_class, finished.last_error_message) == (
+        JobStatus.FAILED_FINAL, "operator", "spam input",
+    )  # fmt: skip
+    list(stage.drain("summary"))
+    assert stage.provider.calls == {}
+
+
+def test_batch_rerun_filters_counts_in_a_dry_run_and_is_rate_limited(stage: Stage) -> None:
+    bad_input = [stage.submit(user, "summary", "#fail:400 " + TEXT) for user in ("alice", "bob", "carol")]
+    too_large = stage.submit("alice", "summary", "#fail:413 " + TEXT)
+    list(stage.drain("summary"))
+    stage.clock.advance(3600)
+    late = stage.submit("bob", "summary", "#fail:400 " + TEXT)
+    list(stage.drain("summary"))
+    window_end = stage.clock() - timedelta(minutes=30)
+    sleeps: list[float] = []
+    operator = _operator(stage, sleeps)
+
+    dry = operator.rerun_batch("summary", error_class="invalid_input", until=window_end)
+    assert (dry.matched, dry.rerun, dry.dry_run) == (3, [], True)
+    assert stage.receive(stage.resources.queue_urls["summary"]) == []
+
+    done = operator.rerun_batch(
+        "summary", error_class="invalid_input", until=window_end, dry_run=False, rate_per_second=4
+    )
+    assert sorted(done.rerun) == sorted(job.job_id for job in bad_input)
+    assert sleeps == [0.25, 0.25]
+    assert stage.job(too_large).status is JobStatus.FAILED_FINAL
+    assert stage.job(late).status is JobStatus.FAILED_FINAL
+    assert all(stage.job(job).status is JobStatus.QUEUED for job in bad_input)
+    assert len(stage.receive(stage.resources.queue_urls["summary"])) == 3
