@@ -67,11 +67,11 @@ def _exhaust(stage: Stage, user: str = "alice", text: str = "#fail:503 " + TEXT)
 
 
 def test_exhausted_job_is_recorded_finalized_alerted_and_counted(
-    stage: Stage, capsys: pytest.CaptureFixture[str]
+    stage: Stage, capfd: pytest.CaptureFixture[str]
 ) -> None:
     inbox = _alerts(stage)
     job = _exhaust(stage)
-    capsys.readouterr()
+    capfd.readouterr()
     outcome = _dlq_mapping(stage, "summary").poll_once()
     assert (outcome.received, outcome.failed_ids) == (1, [])
 
@@ -91,7 +91,7 @@ def test_exhausted_job_is_recorded_finalized_alerted_and_counted(
     (alert,) = stage.receive(inbox)
     detail = json.loads(json.loads(alert["Body"])["Message"])
     assert (detail["job_id"], detail["kind"]) == (job.job_id, "summary")
-    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    emf = [json.loads(line) for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]
     dead = [m for m in emf if "DeadLettered" in m]
     assert len(dead) == 1
     assert dead[0]["kind"] == "summary"

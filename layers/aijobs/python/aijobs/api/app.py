@@ -73,7 +73,7 @@ def _authenticate(
 ) -> Response[Any]:
     if resolver.current_event.path not in PUBLIC_PATHS:
         principal = service().authenticate(resolver.current_event.headers.get("authorization"))
-        resolver.append_context(principal=principal)
+        resolver.append_context(principal=principal)  # type: ignore[no-untyped-call]
         logger.append_keys(userId=principal.user_id)
     return next_middleware(resolver)
 
@@ -81,14 +81,14 @@ def _authenticate(
 app.use([_authenticate])
 
 
-@app.exception_handler(RequestError)
+@app.exception_handler(RequestError)  # type: ignore[untyped-decorator]
 def _request_error(error: RequestError) -> Response[Any]:
     if isinstance(error, ServiceUnavailableError):
         logger.warning("request refused: dependency unavailable", extra={"code": error.code})
     return _error_response(error.status, error.code, error.message, error.details)
 
 
-@app.exception_handler(RequestValidationError)
+@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
 def _validation_error(error: RequestValidationError) -> Response[Any]:
     problems = error.errors()
     if any(problem.get("type") == "json_invalid" for problem in problems):
@@ -109,7 +109,7 @@ def _route_not_found(_error: RouteNotFound) -> Response[Any]:
     return _error_response(404, "route_not_found", "no such route")
 
 
-@app.exception_handler(Exception)
+@app.exception_handler(Exception)  # type: ignore[untyped-decorator]
 def _unexpected(_error: Exception) -> Response[Any]:
     logger.exception("unhandled error")
     return _error_response(500, "internal_error", "something went wrong on our side")

@@ -1,0 +1,117 @@
+"""Each Lambda entry point fed its sample event from events/, plus logs and metrics per job."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from aijobs import runtime
+from aijobs.domain import Job, JobStatus
+from aijobs.observability import logger
+from aijobs_cdk.stage import load_stage_config
+from aijobs_cli.esm import LambdaContext
+from tests.integration.harness import Stage, load_event
+
+pytestmark = pytest.mark.integration
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+
+
+def _rows_for_sample(stage: Stage, sample: dict[str, Any]) -> list[Job]:
+    stage.directory.ensure_user("user-demo")
+    store = stage.store_for("user-demo")
+    jobs = []
+    for record in sample["Records"]:
+        body = json.loads(record["body"])
+        now = stage.clock()
+        job = Job(
+            job_id=body["jobId"],
+            user_id=body["userId"],
+            kind="summary",
+            status=JobStatus.QUEUED,
+            input="One sentence here. And another one.",
+            provider="local",
+            created_at=now,
+            updated_at=now,
+        )
+        store.create(job)
+        jobs.append(job)
+    return jobs
+
+
+def test_queue_consumer_entry_point_runs_the_sample_batch(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _env(monkeypatch, stage.resources.consumer_env("summary"))
+    from queue_consumer import handler
+
+    sample = load_event("sqs-summary-batch.json")
+    jobs = _rows_for_sample(stage, sample)
+    assert handler.handler(sample, LambdaContext("aijobs-dev-consumer-summary")) == {"batchItemFailures": []}
+    assert [stage.job(job).status for job in jobs] == [JobStatus.SUCCEEDED] * 3
+
+
+def test_sample_events_match_the_shipped_configuration() -> None:
+    config = load_stage_config("dev")
+    schedule = load_event("schedule-cron.json")
+    assert schedule["cron"] in {cron.text for cron in config.crons}
+    for name in ("sqs-summary-batch.json", "sqs-dlq-batch.json"):
+        for record in load_event(name)["Records"]:
+            assert record["eventSourceARN"].split(":")[-1].startswith("aijobs-dev-summary")
+            assert set(json.loads(record["body"])) == {"jobId", "userId", "kind"}
+    for name in ("api-post-jobs.json", "api-get-job.json", "api-list-jobs.json", "api-post-classify.json"):
+        event = load_event(name)
+        assert event["version"] == "2.0"
+        assert event["requestContext"]["http"]["path"] == event["rawPath"]
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """The JSON log lines of the shared powertools logger (its handler keeps the stdout it started with)."""
+    stream = io.StringIO()
+    previous = logger.registered_handler.setStream(stream)  # type: ignore[attr-defined]
+    yield stream
+    logger.registered_handler.setStream(previous)  # type: ignore[attr-defined]
+
+
+def test_each_job_logs_structured_lines_with_its_id_as_correlation_id(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], log_stream: io.StringIO
+) -> None:
+    _env(monkeypatch, stage.resources.consumer_env("summary"))
+    from queue_consumer import handler
+
+    secret = "#fail:503x1 my very private text. With two sentences."
+    job = stage.submit("alice", "summary", secret)
+    mapping = stage.mapping("summary")
+    mapping.handler = handler.handler
+    capfd.readouterr()
+    mapping.poll_once()
+    mapping.poll_once()
+    logs = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    lines = logs + [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    retried = next(line for line in logs if line["message"] == "attempt failed, retry scheduled")
+    succeeded = next(line for line in logs if line["message"] == "job succeeded")
+    for line in (retried, succeeded):
+        assert (line["jobId"], line["userId"], line["kind"], line["correlation_id"]) == (
+            job.job_id, "alice", "summary", job.job_id,
+        )  # fmt: skip
+    assert (retried["attempt"], retried["errorClass"]) == (1, "transient")
+    assert succeeded["attempt"] == 2
+    assert succeeded["model"] == "local-summary-1"
+    assert succeeded["durationMs"] >= 0
+    assert all("private" not in json.dumps(line) for line in lines)
+
+    metrics = [line for line in lines if "_aws" in line]
+    names = {m["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]: m for m in metrics}
+    assert names["JobsRetried"]["error_class"] == "transient"
+    assert names["JobsSucceeded"]["kind"] == "summary"
+    assert names["JobDuration"]["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"] == "Milliseconds"
+    assert {"service", "kind"} <= set(names["JobsSucceeded"]["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0])
