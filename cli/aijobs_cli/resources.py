@@ -53,6 +53,7 @@ class StageResources:
             "BUCKET_NAME": self.bucket,
             "MAX_INLINE_INPUT_BYTES": str(self.config.max_inline_input_bytes),
             "PROVIDER": self.config.provider,
+            "AUTH_MODE": self.config.auth_mode,
         }
         ApiSettings.from_env(env)
         return env

@@ -44,5 +44,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "SHARD_COUNT": "2",
             "CRONS": "*/10 * * * *;0 3 * * MON-FRI",
             "MAX_RETRIES": "2",
+            "AUTH_MODE": "jwt",
+            "JWT_ISSUER_URL": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
+            "JWT_AUDIENCE": "example-client-id",
         },
     )

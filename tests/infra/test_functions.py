@@ -115,3 +115,26 @@ def test_each_consumer_may_disable_only_its_own_event_source_mapping(dev: Synth)
                 (role,) = policy["Properties"]["Roles"]
                 allowed[target_id(role)] = target_id(function)
     assert {target_id(props["Role"]): fn for fn, props in consumers.items()} == allowed
+
+
+def test_api_key_mode_has_no_gateway_authorizer(dev: Synth) -> None:
+    assert dev.resources("AWS::ApiGatewayV2::Authorizer") == {}
+    (api,) = dev.functions_by_handler("api.handler.handler").values()
+    assert api["Environment"]["Variables"]["AUTH_MODE"] == "api_key"
+
+
+def test_jwt_mode_puts_a_jwt_authorizer_on_every_route(capped: Synth) -> None:
+    ((authorizer_id, authorizer),) = capped.resources("AWS::ApiGatewayV2::Authorizer").items()
+    props = authorizer["Properties"]
+    assert props["AuthorizerType"] == "JWT"
+    assert props["JwtConfiguration"] == {
+        "Audience": ["example-client-id"],
+        "Issuer": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
+    }
+    routes = capped.resources("AWS::ApiGatewayV2::Route")
+    assert routes
+    for route in routes.values():
+        assert route["Properties"]["AuthorizationType"] == "JWT"
+        assert route["Properties"]["AuthorizerId"] == {"Ref": authorizer_id}
+    (api,) = capped.functions_by_handler("api.handler.handler").values()
+    assert api["Environment"]["Variables"]["AUTH_MODE"] == "jwt"

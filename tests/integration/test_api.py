@@ -284,3 +284,23 @@ def test_a_failed_send_finalizes_the_row_frees_the_key_and_answers_503(api: Api)
     assert status == 202
     assert body["jobId"] != row.job_id
     assert [m["jobId"] for m in _queued(api.stage)] == [body["jobId"]]
+
+
+def test_jwt_mode_takes_the_identity_verified_by_the_gateway(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in {**stage.resources.api_env(), "AUTH_MODE": "jwt"}.items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    from api import handler
+
+    event = load_event("api-post-jobs.json")
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": {"sub": "cognito-user-1"}, "scopes": None}}
+    response = handler.handler(event, LambdaContext("aijobs-dev-api"))
+    assert response["statusCode"] == 202
+    job_id = json.loads(response["body"])["jobId"]
+    assert stage.store_for("cognito-user-1").get("cognito-user-1", job_id) is not None
+    del event["requestContext"]["authorizer"]
+    response = handler.handler(event, LambdaContext("aijobs-dev-api"))
+    assert (response["statusCode"], json.loads(response["body"])["code"]) == (401, "missing_token")
+    runtime.reset_runtime()

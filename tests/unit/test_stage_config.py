@@ -568,3 +568,32 @@ def test_shipped_prod_config() -> None:
     assert config.queue_names == SHIPPED_QUEUES
     assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *",)
     assert config.alert_email is None
+
+
+def test_auth_mode_defaults_to_api_keys() -> None:
+    config = _parse()
+    assert (config.auth_mode, config.jwt_issuer_url, config.jwt_audience) == ("api_key", None, None)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"AUTH_MODE": "jwt"},
+        {"AUTH_MODE": "jwt", "JWT_ISSUER_URL": "https://issuer.example"},
+        {"AUTH_MODE": "jwt", "JWT_ISSUER_URL": "http://plain.example", "JWT_AUDIENCE": "client"},
+        {"AUTH_MODE": "cookie"},
+    ],
+)
+def test_jwt_mode_needs_an_https_issuer_and_an_audience(values: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="AUTH_MODE"):
+        _parse(**values)
+
+
+def test_job_lease_defaults_to_the_consumer_timeout_plus_a_margin() -> None:
+    assert _parse().lease_seconds == 60 + 30
+    assert _parse(CONSUMER_TIMEOUT_SECONDS="120").lease_seconds == 150
+    assert _parse(JOB_LEASE_SECONDS="200").lease_seconds == 200
+    with pytest.raises(
+        ConfigError, match="JOB_LEASE_SECONDS=30 must be at least CONSUMER_TIMEOUT_SECONDS=60"
+    ):
+        _parse(JOB_LEASE_SECONDS="30")

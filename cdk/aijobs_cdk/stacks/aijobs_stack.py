@@ -6,6 +6,7 @@ from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk.aws_apigatewayv2_authorizers import HttpJwtAuthorizer
 from constructs import Construct
 
 from aijobs.stage_config import StageConfig
@@ -74,8 +75,13 @@ class AijobsStack(Stack):
                 "BUCKET_NAME": storage.bucket.bucket_name,
                 "MAX_INLINE_INPUT_BYTES": str(config.max_inline_input_bytes),
                 "PROVIDER": config.provider,
+                "AUTH_MODE": config.auth_mode,
             },
         )
+        if authorizer is None and config.auth_mode == "jwt":
+            assert config.jwt_issuer_url
+            assert config.jwt_audience
+            authorizer = HttpJwtAuthorizer("Jwt", config.jwt_issuer_url, jwt_audience=[config.jwt_audience])
         api = Api(self, "Api", config=config, producer=producer, authorizer=authorizer)
         dead_letters = DeadLetters(
             self, "DeadLetters", config=config, queues=queues, functions=functions,
@@ -102,8 +108,13 @@ class AijobsStack(Stack):
         for fn in (producer, dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
             for shard in tables.shards:
                 shard.grant_read_write_data(fn)
-        for fn in (producer, dispatcher, *(q.consumer for q in queues)):
+        for fn in (dispatcher, *(q.consumer for q in queues)):
             tables.meta.grant_read_data(fn)
+        # With JWT auth the producer gives a new identity its tenant on its first request.
+        if config.auth_mode == "jwt":
+            tables.meta.grant_read_write_data(producer)
+        else:
+            tables.meta.grant_read_data(producer)
         # The operator-visible dead-letter list lives in the meta table.
         tables.meta.grant_read_write_data(dead_letters.consumer)
         for fn in (dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):

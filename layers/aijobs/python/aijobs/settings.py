@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -65,6 +65,8 @@ class ApiSettings(_QueueSettings):
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_inline_input_bytes: int = Field(validation_alias="MAX_INLINE_INPUT_BYTES", gt=0)
     provider: str = Field(validation_alias="PROVIDER", min_length=1)
+    # api_key: the producer checks hashed keys; jwt: the gateway's JWT authorizer already did.
+    auth_mode: Literal["api_key", "jwt"] = Field(validation_alias="AUTH_MODE")
 
 
 class ConsumerSettings(FunctionSettings):

@@ -72,7 +72,15 @@ INT_KEYS: dict[str, _IntKey] = {
     ),
 }
 LIST_KEYS = ("QUEUE_NAMES", "CRONS")
-OPTIONAL_KEYS = ("QUEUE_MAX_CONCURRENCY", "ALERT_EMAIL", "PROVIDER")
+OPTIONAL_KEYS = (
+    "QUEUE_MAX_CONCURRENCY",
+    "ALERT_EMAIL",
+    "PROVIDER",
+    "AUTH_MODE",
+    "JWT_ISSUER_URL",
+    "JWT_AUDIENCE",
+)
+AUTH_MODES = ("api_key", "jwt")
 PROVIDERS = ("local",)
 KNOWN_KEYS = frozenset(INT_KEYS) | frozenset(LIST_KEYS) | frozenset(OPTIONAL_KEYS)
 
@@ -149,6 +157,9 @@ class StageConfig:
     provider_recheck_seconds: int
     job_lease_seconds: int
     provider: str
+    auth_mode: str = "api_key"
+    jwt_issuer_url: str | None = None
+    jwt_audience: str | None = None
 
     @property
     def is_production(self) -> bool:
@@ -219,6 +230,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
         provider=_provider(values.get("PROVIDER")),
+        **_auth(values),
         **ints,
     )
     if config.job_lease_seconds and config.job_lease_seconds < config.consumer_timeout_seconds:
@@ -296,3 +308,14 @@ def _provider(raw: str | None) -> str:
     if text not in PROVIDERS:
         raise ConfigError(f"PROVIDER={text!r} is not one of {list(PROVIDERS)}")
     return text
+
+
+def _auth(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    mode = (values.get("AUTH_MODE") or "").strip() or "api_key"
+    if mode not in AUTH_MODES:
+        raise ConfigError(f"AUTH_MODE={mode!r} is not one of {list(AUTH_MODES)}")
+    issuer = (values.get("JWT_ISSUER_URL") or "").strip() or None
+    audience = (values.get("JWT_AUDIENCE") or "").strip() or None
+    if mode == "jwt" and not (issuer and issuer.startswith("https://") and audience):
+        raise ConfigError("AUTH_MODE=jwt needs JWT_ISSUER_URL (https://...) and JWT_AUDIENCE")
+    return {"auth_mode": mode, "jwt_issuer_url": issuer, "jwt_audience": audience}

@@ -72,7 +72,9 @@ def _authenticate(
     resolver: APIGatewayHttpResolver, next_middleware: Callable[..., Response[Any]]
 ) -> Response[Any]:
     if resolver.current_event.path not in PUBLIC_PATHS:
-        principal = service().authenticate(resolver.current_event.headers.get("authorization"))
+        event = resolver.current_event
+        claims = event.get("requestContext", {}).get("authorizer", {}).get("jwt", {}).get("claims")
+        principal = service().authenticate(event.headers.get("authorization"), claims)
         resolver.append_context(principal=principal)  # type: ignore[no-untyped-call]
         logger.append_keys(userId=principal.user_id)
     return next_middleware(resolver)

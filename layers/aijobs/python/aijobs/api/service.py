@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from aijobs.api.schemas import ArtifactLink, JobRequest, JobView, Links
 from aijobs.domain import Job, JobStatus, QueueMessage
@@ -45,8 +46,12 @@ class JobService:
     provider_name: str
     max_inline_input_bytes: int
     clock: Callable[[], datetime]
+    auth_mode: str = "api_key"
 
-    def authenticate(self, authorization: str | None) -> Principal:
+    def authenticate(self, authorization: str | None, jwt_claims: dict[str, Any] | None = None) -> Principal:
+        """The caller: from a hashed API key, or (AUTH_MODE=jwt) from the claims the gateway verified."""
+        if self.auth_mode == "jwt":
+            return self._from_jwt(jwt_claims or {})
         scheme, _, key = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise UnauthorizedError("send `Authorization: Bearer <api key>`", code="missing_api_key")
@@ -54,6 +59,15 @@ class JobService:
         if principal is None:
             raise UnauthorizedError("the API key is not valid", code="invalid_api_key")
         return principal
+
+    def _from_jwt(self, claims: dict[str, Any]) -> Principal:
+        subject = str(claims.get("sub") or "")
+        if not subject:
+            raise UnauthorizedError("no verified token subject", code="missing_token")
+        if self.directory.shard_for(subject) is None:
+            self.directory.ensure_user(subject)  # first request of a new identity: give it a tenant
+        role = "admin" if "admin" in str(claims.get("cognito:groups", "")) else "user"
+        return Principal(user_id=subject, role=role)
 
     def _store(self, principal: Principal) -> JobStore:
         table = self.directory.shard_for(principal.user_id)
