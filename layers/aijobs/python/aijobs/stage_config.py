@@ -223,6 +223,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
             raise ConfigError(f"CRONS: {error}") from error
 
     ints = {key.lower(): _int(values, key, spec) for key, spec in INT_KEYS.items()}
+    auth_mode, jwt_issuer_url, jwt_audience = _auth(values)
     config = StageConfig(
         stage=stage,
         queue_names=queue_names,
@@ -230,7 +231,9 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
         provider=_provider(values.get("PROVIDER")),
-        **_auth(values),
+        auth_mode=auth_mode,
+        jwt_issuer_url=jwt_issuer_url,
+        jwt_audience=jwt_audience,
         **ints,
     )
     if config.job_lease_seconds and config.job_lease_seconds < config.consumer_timeout_seconds:
@@ -310,7 +313,7 @@ def _provider(raw: str | None) -> str:
     return text
 
 
-def _auth(values: Mapping[str, str | None]) -> dict[str, str | None]:
+def _auth(values: Mapping[str, str | None]) -> tuple[str, str | None, str | None]:
     mode = (values.get("AUTH_MODE") or "").strip() or "api_key"
     if mode not in AUTH_MODES:
         raise ConfigError(f"AUTH_MODE={mode!r} is not one of {list(AUTH_MODES)}")
@@ -318,4 +321,4 @@ def _auth(values: Mapping[str, str | None]) -> dict[str, str | None]:
     audience = (values.get("JWT_AUDIENCE") or "").strip() or None
     if mode == "jwt" and not (issuer and issuer.startswith("https://") and audience):
         raise ConfigError("AUTH_MODE=jwt needs JWT_ISSUER_URL (https://...) and JWT_AUDIENCE")
-    return {"auth_mode": mode, "jwt_issuer_url": issuer, "jwt_audience": audience}
+    return mode, issuer, audience

@@ -73,7 +73,7 @@ def _authenticate(
 ) -> Response[Any]:
     if resolver.current_event.path not in PUBLIC_PATHS:
         event = resolver.current_event
-        claims = event.get("requestContext", {}).get("authorizer", {}).get("jwt", {}).get("claims")
+        claims = event.raw_event.get("requestContext", {}).get("authorizer", {}).get("jwt", {}).get("claims")
         principal = service().authenticate(event.headers.get("authorization"), claims)
         resolver.append_context(principal=principal)  # type: ignore[no-untyped-call]
         logger.append_keys(userId=principal.user_id)
