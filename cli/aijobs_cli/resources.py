@@ -54,6 +54,7 @@ class StageResources:
             "MAX_INLINE_INPUT_BYTES": str(self.config.max_inline_input_bytes),
             "PROVIDER": self.config.provider,
             "AUTH_MODE": self.config.auth_mode,
+            "KIND_PRICES": self.config.prices_setting,
         }
         ApiSettings.from_env(env)
         return env

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,8 @@ class Api:
         self.stage = stage
         self._handler = handler
         self.keys = {user: stage.directory.create_api_key(user) for user in ("alice", "bob")}
+        for user in self.keys:
+            stage.store_for(user).ledger.grant(user, 1000, stage.clock() + timedelta(days=30))
 
     def call(
         self,
@@ -296,6 +299,10 @@ def test_jwt_mode_takes_the_identity_verified_by_the_gateway(
 
     event = load_event("api-post-jobs.json")
     event["requestContext"]["authorizer"] = {"jwt": {"claims": {"sub": "cognito-user-1"}, "scopes": None}}
+    response = handler.handler(event, LambdaContext("aijobs-dev-api"))
+    # A new identity gets a tenant on its first request, but no credits yet.
+    assert (response["statusCode"], json.loads(response["body"])["code"]) == (402, "insufficient_credits")
+    stage.store_for("cognito-user-1").ledger.grant("cognito-user-1", 5, stage.clock() + timedelta(days=1))
     response = handler.handler(event, LambdaContext("aijobs-dev-api"))
     assert response["statusCode"] == 202
     job_id = json.loads(response["body"])["jobId"]

@@ -76,6 +76,7 @@ class AijobsStack(Stack):
                 "MAX_INLINE_INPUT_BYTES": str(config.max_inline_input_bytes),
                 "PROVIDER": config.provider,
                 "AUTH_MODE": config.auth_mode,
+                "KIND_PRICES": config.prices_setting,
             },
         )
         if authorizer is None and config.auth_mode == "jwt":

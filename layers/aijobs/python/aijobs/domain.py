@@ -63,6 +63,10 @@ class Job(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     cost: float | None = None
     dead_lettered: bool = False
+    # Credits: the price reserved at submit, and whether it was settled or refunded since.
+    price: int = 0
+    charge_state: str | None = None
+    charge_allocation: dict[str, int] = Field(default_factory=dict)
 
 
 def utcnow() -> datetime:

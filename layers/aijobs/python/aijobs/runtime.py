@@ -82,6 +82,7 @@ def api_service() -> JobService:
         provider_name=settings.provider,
         max_inline_input_bytes=settings.max_inline_input_bytes,
         clock=utcnow,
+        prices=settings.kind_prices,
         auth_mode=settings.auth_mode,
     )
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aijobs.stage_config import binding_name, split_list
+from aijobs.stage_config import binding_name, parse_prices, split_list
 
 
 class FunctionSettings(BaseModel):
@@ -62,9 +62,16 @@ class _QueueSettings(FunctionSettings):
 class ApiSettings(_QueueSettings):
     """The HTTP API (producer) function."""
 
+    @field_validator("kind_prices", mode="before")
+    @classmethod
+    def _parse_prices(cls, value: Any) -> Any:
+        return parse_prices(value) if isinstance(value, str) else value
+
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_inline_input_bytes: int = Field(validation_alias="MAX_INLINE_INPUT_BYTES", gt=0)
     provider: str = Field(validation_alias="PROVIDER", min_length=1)
+    # Credits per job by kind, `kind:credits;...`; every configured kind is listed by the stack.
+    kind_prices: dict[str, int] = Field(validation_alias="KIND_PRICES")
     # api_key: the producer checks hashed keys; jwt: the gateway's JWT authorizer already did.
     auth_mode: Literal["api_key", "jwt"] = Field(validation_alias="AUTH_MODE")
 

@@ -71,7 +71,9 @@ INT_KEYS: dict[str, _IntKey] = {
         0, 0, 43_200, "how long a claimed job is held before another consumer may take it"
     ),
 }
-LIST_KEYS = ("QUEUE_NAMES", "CRONS")
+LIST_KEYS = ("QUEUE_NAMES", "CRONS", "KIND_PRICES")
+# Credits a job costs when its kind has no entry in KIND_PRICES.
+DEFAULT_PRICE = 1
 OPTIONAL_KEYS = (
     "QUEUE_MAX_CONCURRENCY",
     "ALERT_EMAIL",
@@ -157,6 +159,7 @@ class StageConfig:
     provider_recheck_seconds: int
     job_lease_seconds: int
     provider: str
+    kind_prices: tuple[tuple[str, int], ...] = ()
     auth_mode: str = "api_key"
     jwt_issuer_url: str | None = None
     jwt_audience: str | None = None
@@ -164,6 +167,17 @@ class StageConfig:
     @property
     def is_production(self) -> bool:
         return self.stage == "prod"
+
+    @property
+    def prices(self) -> dict[str, int]:
+        """Credits per job of every configured kind (KIND_PRICES, else DEFAULT_PRICE)."""
+        listed = dict(self.kind_prices)
+        return {kind: listed.get(kind, DEFAULT_PRICE) for kind in self.queue_names}
+
+    @property
+    def prices_setting(self) -> str:
+        """`KIND_PRICES` as the functions read it: every configured kind with its price."""
+        return ";".join(f"{kind}:{price}" for kind, price in self.prices.items())
 
     @property
     def bindings(self) -> dict[str, str]:
@@ -231,6 +245,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
         provider=_provider(values.get("PROVIDER")),
+        kind_prices=_prices(values.get("KIND_PRICES"), queue_names),
         auth_mode=auth_mode,
         jwt_issuer_url=jwt_issuer_url,
         jwt_audience=jwt_audience,
@@ -322,3 +337,22 @@ def _auth(values: Mapping[str, str | None]) -> tuple[str, str | None, str | None
     if mode == "jwt" and not (issuer and issuer.startswith("https://") and audience):
         raise ConfigError("AUTH_MODE=jwt needs JWT_ISSUER_URL (https://...) and JWT_AUDIENCE")
     return mode, issuer, audience
+
+
+def parse_prices(raw: str | None) -> dict[str, int]:
+    """`summary:1;video-generate:20` -> {"summary": 1, "video-generate": 20} (the KIND_PRICES format)."""
+    prices: dict[str, int] = {}
+    for entry in split_list(raw):
+        kind, sep, amount = (part.strip() for part in entry.partition(":"))
+        if not sep or not _WHOLE_NUMBER.fullmatch(amount) or int(amount) < 0:
+            raise ConfigError(f"KIND_PRICES: {entry!r} must be <kind>:<credits> with a whole number >= 0")
+        prices[kind] = int(amount)
+    return prices
+
+
+def _prices(raw: str | None, queue_names: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    prices = parse_prices(raw)
+    unknown = sorted(set(prices) - set(queue_names))
+    if unknown:
+        raise ConfigError(f"KIND_PRICES names kinds that are not in QUEUE_NAMES: {unknown}")
+    return tuple(prices.items())

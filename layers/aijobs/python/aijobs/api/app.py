@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from aijobs.api.schemas import (
     ClassifyRequest,
     ClassifyResponse,
+    CreditsView,
     ErrorBody,
     JobAccepted,
     JobList,
@@ -133,6 +134,7 @@ def _principal() -> Any:
             "description": "malformed JSON or header",
             "content": {"application/json": {"model": ErrorBody}},
         },
+        402: {"description": "not enough credits", "content": {"application/json": {"model": ErrorBody}}},
         401: {
             "description": "missing or invalid API key",
             "content": {"application/json": {"model": ErrorBody}},
@@ -184,6 +186,11 @@ def list_jobs(
     svc = service()
     page = svc.list_jobs(_principal(), status=status, kind=kind, limit=limit, cursor=cursor)
     return JobList(jobs=[svc.view(job) for job in page.jobs], nextCursor=page.cursor)
+
+
+@app.get("/credits", summary="Your credit balance, grants and recent transactions")
+def get_credits(limit: Annotated[int, Query(ge=1, le=100)] = 20) -> CreditsView:
+    return service().credits(_principal(), limit=limit)
 
 
 @app.post("/classify", summary="Classify a short text synchronously (no queue)")

@@ -95,3 +95,28 @@ class ErrorBody(BaseModel):
     code: str = Field(description="machine-readable reason")
     message: str = Field(description="for people")
     details: Any = None
+
+
+class GrantView(BaseModel):
+    grantId: str
+    amount: int
+    remaining: int
+    expiresAt: datetime
+    expired: bool
+
+
+class TransactionView(BaseModel):
+    txId: str
+    type: str = Field(description="grant, debit, refund or expire")
+    amount: int
+    jobId: str | None = None
+    createdAt: datetime
+
+
+class CreditsView(BaseModel):
+    """`GET /credits`: balance, grants and the most recent transactions."""
+
+    balance: int
+    grants: list[GrantView]
+    transactions: list[TransactionView]
+    prices: dict[str, int] = Field(description="credits per job of each kind")

@@ -6,11 +6,21 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from aijobs.api.schemas import ArtifactLink, JobRequest, JobView, Links
+from botocore.exceptions import ClientError
+
+from aijobs.api.schemas import (
+    ArtifactLink,
+    CreditsView,
+    GrantView,
+    JobRequest,
+    JobView,
+    Links,
+    TransactionView,
+)
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
     ConflictError,
@@ -46,6 +56,7 @@ class JobService:
     provider_name: str
     max_inline_input_bytes: int
     clock: Callable[[], datetime]
+    prices: dict[str, int] = field(default_factory=dict)
     auth_mode: str = "api_key"
 
     def authenticate(self, authorization: str | None, jwt_claims: dict[str, Any] | None = None) -> Principal:
@@ -96,19 +107,14 @@ class JobService:
             updated_at=now,
         )
         digest = request_hash(request)
+        if idempotency_key is not None:
+            seen = store.get_idempotency(principal.user_id, idempotency_key)
+            if seen is not None:  # answer a replay before touching credits
+                return self._replay(store, principal, IdempotencyKeyExists(*seen), digest), True
         try:
-            store.create(job, idempotency_key=idempotency_key, request_hash=digest)
-        except IdempotencyKeyExists as existing:
-            if existing.request_hash != digest:
-                raise ConflictError(
-                    "this Idempotency-Key was already used with a different request",
-                    code="idempotency_key_reused",
-                ) from None
-            earlier = store.get(principal.user_id, existing.job_id)
-            if earlier is None:  # the earlier job was removed by retention: treat the key as spent
-                raise ConflictError("this Idempotency-Key belongs to a job that no longer exists") from None
-            logger.info("idempotent replay: same job returned", extra={"jobId": earlier.job_id})
-            return earlier, True
+            job = self._create_paid(store, job, idempotency_key, digest)
+        except IdempotencyKeyExists as existing:  # a concurrent request with the same key won
+            return self._replay(store, principal, existing, digest), True
         try:
             self.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
         except Exception:
@@ -129,6 +135,60 @@ class JobService:
         emit(METRIC_ACCEPTED, kind=job.kind)
         logger.info("job accepted", extra={"jobId": job.job_id, "kind": job.kind, "userId": job.user_id})
         return job, False
+
+    def _create_paid(self, store: JobStore, job: Job, idempotency_key: str | None, digest: str) -> Job:
+        """Write the row, its idempotency record and its credit debit in one transaction."""
+        price = self.prices.get(job.kind, 0)
+        for _attempt in range(3):
+            writes: list[dict[str, Any]] = []
+            if price:
+                writes, allocation = store.ledger.reserve(job.user_id, job.job_id, price)
+                job = job.model_copy(
+                    update={"price": price, "charge_state": "reserved", "charge_allocation": allocation}
+                )
+            try:
+                store.create(job, idempotency_key=idempotency_key, request_hash=digest, extra_writes=writes)
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                continue  # credits changed between reading and writing: read again
+            return job
+        raise ConflictError("your credits changed while this job was submitted; retry", code="credits_busy")
+
+    @staticmethod
+    def _replay(store: JobStore, principal: Principal, existing: IdempotencyKeyExists, digest: str) -> Job:
+        if existing.request_hash != digest:
+            raise ConflictError(
+                "this Idempotency-Key was already used with a different request",
+                code="idempotency_key_reused",
+            )
+        earlier = store.get(principal.user_id, existing.job_id)
+        if earlier is None:  # the earlier job was removed by retention: the key is spent
+            raise ConflictError("this Idempotency-Key belongs to a job that no longer exists")
+        logger.info("idempotent replay: same job returned", extra={"jobId": earlier.job_id})
+        return earlier
+
+    def credits(self, principal: Principal, *, limit: int = 20) -> CreditsView:
+        ledger = self._store(principal).ledger
+        account = ledger.account(principal.user_id)
+        now = self.clock()
+        return CreditsView(
+            balance=account.balance,
+            grants=[
+                GrantView(
+                    grantId=g.grant_id, amount=g.amount, remaining=g.remaining, expiresAt=g.expires_at,
+                    expired=g.expired or g.expires_at <= now,
+                )
+                for g in ledger.grants(principal.user_id)
+            ],
+            transactions=[
+                TransactionView(
+                    txId=t.tx_id, type=t.type, amount=t.amount, jobId=t.job_id, createdAt=t.created_at
+                )
+                for t in ledger.transactions(principal.user_id, limit=limit)
+            ],
+            prices=self.prices,
+        )  # fmt: skip
 
     def _check(self, principal: Principal, request: JobRequest, idempotency_key: str | None) -> None:
         if request.kind not in self.queues.kinds:

@@ -10,14 +10,15 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from aijobs.domain import Job, JobStatus
+from aijobs.credits import CreditLedger
+from aijobs.domain import Job, JobStatus, utcnow
 from aijobs.errors import MalformedRequestError, TransitionConflict
 from aijobs.store.keys import (
     PK,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
+CHARGE_RESERVED, CHARGE_SETTLED, CHARGE_REFUNDED = "reserved", "settled", "refunded"
+_REFUND_ATTEMPTS = 3
 _RUNNABLE = (JobStatus.QUEUED.value, JobStatus.FAILED_RETRYABLE.value)
 
 
@@ -57,8 +60,10 @@ class Page:
 class JobStore:
     """Job rows of one shard table (`USER#<userId>` / `JOB#<jobId>`, see TABLES.md)."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, clock: Callable[[], datetime] = utcnow) -> None:
         self._table = table
+        # Credits live in the same shard table: refunds ride in the job's own transactions.
+        self.ledger = CreditLedger(table, clock)
 
     @property
     def table_name(self) -> str:
@@ -289,6 +294,8 @@ class JobStore:
             "usage_json": json.dumps(usage),
             "cost": str(cost) if cost is not None else None,
         }
+        if job.charge_state == CHARGE_RESERVED:
+            sets["charge_state"] = CHARGE_SETTLED
         updated = self._transition(
             job,
             JobStatus.SUCCEEDED,
@@ -324,30 +331,55 @@ class JobStore:
         dead_lettered: bool = False,
         own_claim: bool = True,
     ) -> Job:
-        """Finalize a job. From the consumer (`own_claim`), only the claim holder may; from the DLQ
-        consumer or an operator, any job that has not finished may be finalized."""
+        """Finalize a job, refunding its reserved credits in the same transaction (exactly once).
+
+        From the consumer (`own_claim`), only the claim holder may finalize; from the DLQ consumer,
+        the sweeper or an operator, any job that has not finished may.
+        """
         if own_claim:
             condition, values = _OWN_CLAIM, _claim_values(job)
         else:
             condition = "attribute_exists(pk) AND NOT #status IN (:succeeded, :final)"
             values = {":succeeded": JobStatus.SUCCEEDED.value, ":final": JobStatus.FAILED_FINAL.value}
-        updated = self._transition(
+        sets: dict[str, Any] = {
+            "finished_at": iso(now),
+            "last_error_class": error_class,
+            "last_error_message": _clip(message),
+            "dead_lettered": dead_lettered,
+            "awaiting_provider": False,
+        }
+        if job.charge_state != CHARGE_RESERVED:
+            updated = self._transition(
+                job, JobStatus.FAILED_FINAL, now, condition=condition, sets=sets, values=values,
+                remove=("lease_expires_at",),
+            )  # fmt: skip
+            assert updated is not None
+            return updated
+        request = self._update_request(
             job,
             JobStatus.FAILED_FINAL,
             now,
-            condition=condition,
-            sets={
-                "finished_at": iso(now),
-                "last_error_class": error_class,
-                "last_error_message": _clip(message),
-                "dead_lettered": dead_lettered,
-                "awaiting_provider": False,
-            },
-            values=values,
+            condition=f"({condition}) AND charge_state = :reserved",
+            sets={**sets, "charge_state": CHARGE_REFUNDED},
+            values={**values, ":reserved": CHARGE_RESERVED},
             remove=("lease_expires_at",),
         )
-        assert updated is not None
-        return updated
+        client = self._table.meta.client
+        for attempt in range(_REFUND_ATTEMPTS):
+            refund = self.ledger.refund(job.user_id, job.job_id, job.charge_allocation)
+            try:
+                writes: list[Any] = [{"Update": {"TableName": self.table_name, **request}}, *refund]
+                client.transact_write_items(TransactItems=writes)
+                break
+            except client.exceptions.TransactionCanceledException as error:
+                reasons = error.response.get("CancellationReasons", [])
+                if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                    raise TransitionConflict(f"job {job.job_id}: -> failed_final lost its race") from error
+                if attempt == _REFUND_ATTEMPTS - 1:
+                    raise  # a grant kept changing under the refund: let the caller retry later
+        finished = self.get(job.user_id, job.job_id)
+        assert finished is not None
+        return finished
 
     def requeue(self, job: Job, *, now: datetime, allowed_from: Sequence[JobStatus]) -> Job:
         """Operator re-run: reset the attempt budget and set `queued` (the caller re-sends)."""
@@ -376,6 +408,33 @@ class JobStore:
         remove: Sequence[str] = (),
         lost_race_returns_none: bool = False,
     ) -> Job | None:
+        request = self._update_request(
+            job, status, now, condition=condition, sets=sets, values=values, remove=remove
+        )
+        try:
+            response = self._table.update_item(**request, ReturnValues="ALL_NEW")
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            if lost_race_returns_none:
+                return None
+            raise TransitionConflict(
+                f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
+            ) from error
+        return _from_item(response["Attributes"])
+
+    @staticmethod
+    def _update_request(
+        job: Job,
+        status: JobStatus,
+        now: datetime,
+        *,
+        condition: str,
+        sets: dict[str, Any],
+        values: dict[str, Any],
+        remove: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """One status change as UpdateItem parameters; the index keys always follow the status."""
         assignments = [
             "#status = :status",
             "updated_at = :now_ts",
@@ -412,24 +471,13 @@ class JobStore:
         update = "SET " + ", ".join(assignments)
         if removals:
             update += " REMOVE " + ", ".join(removals)
-        try:
-            response = self._table.update_item(
-                Key={PK: user_pk(job.user_id), SK: job_sk(job.job_id)},
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=expression_values,
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            if lost_race_returns_none:
-                return None
-            raise TransitionConflict(
-                f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
-            ) from error
-        return _from_item(response["Attributes"])
+        return {
+            "Key": {PK: user_pk(job.user_id), SK: job_sk(job.job_id)},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": expression_values,
+        }
 
 
 _OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
@@ -473,6 +521,10 @@ def _to_item(job: Job) -> dict[str, Any]:
         item["model"] = job.model
     if job.cost is not None:
         item["cost"] = str(job.cost)
+    if job.price:
+        item["price"] = job.price
+        item["charge_state"] = job.charge_state or CHARGE_RESERVED
+        item["charge_json"] = json.dumps(job.charge_allocation, sort_keys=True)
     return item
 
 
@@ -507,6 +559,9 @@ def _from_item(item: dict[str, Any]) -> Job:
         usage=json.loads(item.get("usage_json", "{}")),
         cost=float(item["cost"]) if "cost" in item else None,
         dead_lettered=bool(item.get("dead_lettered", False)),
+        price=int(item.get("price", 0)),
+        charge_state=item.get("charge_state"),
+        charge_allocation=json.loads(item.get("charge_json", "{}")),
     )
 
 

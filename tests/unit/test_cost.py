@@ -1,0 +1,317 @@
+"""The cost model (DESIGN.md §8): the article's Cloudflare count, and AWS lines derived by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from aijobs_cli.cost import (
+    DEFAULT_PRICES,
+    Estimate,
+    PriceTable,
+    Workload,
+    cloudflare_operations,
+    estimate,
+    render_text,
+    to_dict,
+)
+
+ARTICLE = Workload(jobs_per_month=20_000, retry_rate=0.05, dlq_rate=0.01)
+POLLS_PER_POLLER = 730 * 3600 // 20  # 131,400 twenty-second long polls in a 730-hour month
+
+SEND = "SendMessage (submits + re-check re-sends)"
+RECEIVE = "ReceiveMessage (consumer, with messages)"
+DELETE = "DeleteMessageBatch (consumer acks)"
+VISIBILITY = "ChangeMessageVisibility (retry back-off)"
+DLQ_SEND = "SendMessage to DLQ"
+DLQ_RECEIVE = "DLQ ReceiveMessage (DLQ consumer)"
+DLQ_DELETE = "DLQ DeleteMessageBatch"
+EMPTY_POLLS = "empty long polls (event-source mappings)"
+
+
+def _sqs(est: Estimate, item: str) -> float:
+    return est.quantity("SQS", item)
+
+
+def _small(**overrides: object) -> Workload:
+    """100 jobs, 10% retried, 2% dead-lettered after 3 retries, batches of 5, 1 KB messages."""
+    fields: dict[str, object] = {"jobs_per_month": 100, "retry_rate": 0.10, "dlq_rate": 0.02}
+    fields.update(overrides)
+    return Workload.model_validate(fields)
+
+
+# --- the article's example ----------------------------------------------------------------------
+
+
+def test_article_example_is_exactly_61200_cloudflare_operations() -> None:
+    # 20,000 * 3 (write, read, delete) + 1,000 retry reads + 200 DLQ writes
+    assert cloudflare_operations(ARTICLE) == 61_200
+    est = estimate(ARTICLE)
+    assert est.cloudflare_operations == 61_200
+    assert est.cloudflare_usd == pytest.approx(61_200 / 1_000_000 * 0.40)
+
+
+def test_article_workload_on_aws_by_hand() -> None:
+    est = estimate(ARTICLE)
+    # 800 jobs retry once, 200 use all 3 retries: 1,400 re-deliveries, 21,400 deliveries.
+    assert _sqs(est, SEND) == 20_000
+    assert _sqs(est, RECEIVE) == 21_400 / 5
+    assert _sqs(est, DELETE) == 20_000 / 5
+    assert _sqs(est, VISIBILITY) == 800 + 200 * 3
+    assert _sqs(est, DLQ_SEND) == 200
+    assert _sqs(est, DLQ_RECEIVE) == _sqs(est, DLQ_DELETE) == 40
+    assert _sqs(est, EMPTY_POLLS) == 5 * POLLS_PER_POLLER * 10  # 5 main queues + 5 DLQs
+    assert est.quantity("Lambda", "API (producer) invocations") == 20_000 + 60_000
+    assert est.quantity("Lambda", "consumer duration") == pytest.approx(21_400 * 2.0 * 0.5)
+    assert est.quantity("API Gateway", "HTTP API requests") == 80_000
+    assert est.quantity("EventBridge Scheduler", "schedule invocations") == 6 * 730
+
+
+# --- 64 KB chunks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("message_kb", "chunks"), [(1, 1), (64, 1), (64.5, 2), (100, 2), (128, 2), (129, 3)])
+def test_cloudflare_operations_scale_with_64kb_chunks(message_kb: float, chunks: int) -> None:
+    workload = _small(message_kb=message_kb)
+    assert cloudflare_operations(workload) == chunks * (3 * 100 + 10 + 2)
+
+
+def test_sqs_payload_requests_scale_with_64kb_chunks_but_acks_do_not() -> None:
+    small = estimate(_small(retry_rate=0, dlq_rate=0, message_kb=1))
+    large = estimate(_small(retry_rate=0, dlq_rate=0, message_kb=100))  # 2 chunks per message
+    assert _sqs(small, SEND) == 100
+    assert _sqs(large, SEND) == 200
+    # 20 receive calls of 5 messages: 5 KB -> 1 request each; 500 KB -> ceil(500 / 64) = 8 each.
+    assert _sqs(small, RECEIVE) == 20
+    assert _sqs(large, RECEIVE) == 20 * 8
+    # Deletes and empty polls carry receipt handles, not bodies.
+    assert _sqs(large, DELETE) == _sqs(small, DELETE) == 20
+    assert _sqs(large, EMPTY_POLLS) == _sqs(small, EMPTY_POLLS)
+
+
+def test_dlq_send_is_billed_per_chunk() -> None:
+    est = estimate(_small(message_kb=200))  # ceil(200 / 64) = 4 chunks
+    assert _sqs(est, DLQ_SEND) == 2 * 4
+
+
+# --- batching -----------------------------------------------------------------------------------
+
+
+def test_batching_reduces_receive_delete_and_invocation_counts() -> None:
+    one = estimate(_small(retry_rate=0, dlq_rate=0, batch_size=1))
+    ten = estimate(_small(retry_rate=0, dlq_rate=0, batch_size=10))
+    assert (_sqs(one, RECEIVE), _sqs(one, DELETE)) == (100, 100)
+    assert (_sqs(ten, RECEIVE), _sqs(ten, DELETE)) == (10, 10)
+    assert one.quantity("Lambda", "consumer invocations") == 100
+    assert ten.quantity("Lambda", "consumer invocations") == 10
+    # Sends are one per message whatever the batch size; so is the consumer's time.
+    assert _sqs(one, SEND) == _sqs(ten, SEND) == 100
+    assert one.quantity("Lambda", "consumer duration") == ten.quantity("Lambda", "consumer duration")
+    assert one.aws_total_usd > ten.aws_total_usd
+
+
+def test_receive_and_delete_calls_cap_at_ten_messages() -> None:
+    est = estimate(_small(retry_rate=0, dlq_rate=0, batch_size=20))
+    assert _sqs(est, RECEIVE) == 10  # ReceiveMessage returns at most 10 messages
+    assert _sqs(est, DELETE) == 10  # DeleteMessageBatch takes at most 10 entries
+    assert est.quantity("Lambda", "consumer invocations") == 5  # but one invocation gets 20
+
+
+def test_partial_batches_round_up() -> None:
+    est = estimate(_small(jobs_per_month=101, retry_rate=0, dlq_rate=0))
+    assert _sqs(est, RECEIVE) == 21
+    assert est.quantity("Lambda", "consumer invocations") == 21
+
+
+# --- retries and the DLQ ------------------------------------------------------------------------
+
+
+def test_retries_and_dlq_add_the_expected_requests() -> None:
+    clean = estimate(_small(retry_rate=0, dlq_rate=0))
+    failing = estimate(_small())
+    # 10 retried jobs: 8 recover after 1 retry, 2 are dead-lettered after 3 retries.
+    retries = 8 * 1 + 2 * 3
+    deliveries = 100 + retries
+    assert _sqs(failing, SEND) == _sqs(clean, SEND) == 100  # retries re-receive, never re-send
+    assert _sqs(failing, RECEIVE) == math.ceil(deliveries / 5) == 23
+    assert _sqs(clean, RECEIVE) == 20
+    assert _sqs(failing, DELETE) == _sqs(clean, DELETE) == 20  # each message is deleted once
+    assert _sqs(failing, VISIBILITY) == retries
+    assert _sqs(clean, VISIBILITY) == 0
+    assert _sqs(failing, DLQ_SEND) == 2
+    assert (_sqs(failing, DLQ_RECEIVE), _sqs(failing, DLQ_DELETE)) == (1, 1)
+    assert (_sqs(clean, DLQ_SEND), _sqs(clean, DLQ_RECEIVE), _sqs(clean, DLQ_DELETE)) == (0, 0, 0)
+
+    assert failing.quantity("Lambda", "consumer invocations") == 23
+    assert clean.quantity("Lambda", "consumer invocations") == 20
+    assert failing.quantity("Lambda", "consumer duration") == pytest.approx(deliveries * 2.0 * 512 / 1024)
+    assert clean.quantity("Lambda", "consumer duration") == pytest.approx(100 * 2.0 * 512 / 1024)
+    assert failing.quantity("Lambda", "DLQ consumer invocations") == 1
+    assert clean.quantity("Lambda", "DLQ consumer invocations") == 0
+    # DynamoDB: 4 WRU per submit, 3 per delivery, 1 per DLQ record.
+    assert failing.quantity("DynamoDB", "write request units") == 100 * 4 + deliveries * 3 + 2
+    assert clean.quantity("DynamoDB", "write request units") == 100 * 4 + 100 * 3
+    # Only succeeded jobs write results.
+    assert failing.quantity("S3", "PUT requests") == 98 * 2
+    assert cloudflare_operations(failing.workload) - cloudflare_operations(clean.workload) == 10 + 2
+
+
+def test_more_retries_make_dead_letters_costlier() -> None:
+    three = estimate(_small(max_retries=3))
+    five = estimate(_small(max_retries=5))
+    assert _sqs(five, VISIBILITY) - _sqs(three, VISIBILITY) == 2 * (5 - 3)
+    # The article's rough count gives a dead-lettered job one retry read, whatever max_retries is.
+    assert five.cloudflare_operations == three.cloudflare_operations == 312
+
+
+def test_provider_rechecks_are_re_sends() -> None:
+    est = estimate(_small(retry_rate=0, dlq_rate=0, provider_rechecks_per_job=2))
+    assert _sqs(est, SEND) == 100 + 200
+    assert _sqs(est, RECEIVE) == 300 / 5
+    assert _sqs(est, DELETE) == 300 / 5
+
+
+# --- empty polls --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pollers", "queues"), [(5, 5), (5, 1), (2, 3), (10, 7)])
+def test_empty_polls_are_pollers_x_queues_x_long_polls(pollers: int, queues: int) -> None:
+    est = estimate(_small(esm_pollers=pollers, queues=queues))
+    # Each kind has a main queue and a DLQ, both with an event-source mapping.
+    assert _sqs(est, EMPTY_POLLS) == pollers * POLLS_PER_POLLER * 2 * queues
+
+
+def test_empty_polls_do_not_depend_on_traffic_and_dominate_a_quiet_month() -> None:
+    quiet = estimate(_small(jobs_per_month=1, retry_rate=0, dlq_rate=0))
+    busy = estimate(_small(jobs_per_month=1_000_000))
+    assert _sqs(quiet, EMPTY_POLLS) == _sqs(busy, EMPTY_POLLS) == 6_570_000
+    assert estimate(_small(esm_pollers=0)).quantity("SQS", EMPTY_POLLS) == 0
+    quiet_sqs = quiet.by_service()["SQS"]
+    assert quiet_sqs == pytest.approx(6_570_000 / 1_000_000 * 0.40, rel=1e-3)
+
+
+# --- totals and prices --------------------------------------------------------------------------
+
+
+def test_totals_equal_the_sum_of_lines() -> None:
+    est = estimate(ARTICLE)
+    by_hand = sum(line.quantity / line.price_basis * line.unit_price for line in est.lines)
+    assert est.aws_total_usd == pytest.approx(by_hand)
+    assert sum(est.by_service().values()) == pytest.approx(est.aws_total_usd)
+    assert set(est.by_service()) == {
+        "SQS",
+        "Lambda",
+        "DynamoDB",
+        "API Gateway",
+        "EventBridge Scheduler",
+        "S3",
+    }
+    for line in est.lines:
+        assert line.monthly_usd == pytest.approx(line.quantity / line.price_basis * line.unit_price)
+
+
+def test_price_table_round_trips_through_json(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(DEFAULT_PRICES.to_json(), encoding="utf-8")
+    loaded = PriceTable.from_json(path)
+    assert loaded == DEFAULT_PRICES
+    assert json.loads(path.read_text())["as_of"] == DEFAULT_PRICES.as_of.isoformat()
+
+
+def test_edited_sqs_price_changes_only_the_sqs_lines(tmp_path: Path) -> None:
+    data = json.loads(DEFAULT_PRICES.to_json())
+    data["sqs_standard_per_million_requests"] *= 2
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    edited = PriceTable.from_json(path)
+
+    before, after = estimate(ARTICLE), estimate(ARTICLE, edited)
+    assert after.by_service()["SQS"] == pytest.approx(2 * before.by_service()["SQS"])
+    assert after.aws_total_usd - before.aws_total_usd == pytest.approx(before.by_service()["SQS"])
+    assert after.by_service()["Lambda"] == pytest.approx(before.by_service()["Lambda"])
+
+
+def test_scaling_every_aws_price_scales_the_total() -> None:
+    scaled = DEFAULT_PRICES.model_copy(
+        update={
+            name: value * 3
+            for name, value in DEFAULT_PRICES.model_dump().items()
+            if isinstance(value, float) and not name.startswith("cloudflare")
+        }
+    )
+    assert estimate(ARTICLE, scaled).aws_total_usd == pytest.approx(3 * estimate(ARTICLE).aws_total_usd)
+    assert estimate(ARTICLE, scaled).cloudflare_usd == pytest.approx(estimate(ARTICLE).cloudflare_usd)
+
+
+def test_price_table_rejects_typos_and_negative_prices(tmp_path: Path) -> None:
+    data = json.loads(DEFAULT_PRICES.to_json())
+    data["sqs_per_milion"] = 0.5
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValidationError):
+        PriceTable.from_json(path)
+    with pytest.raises(ValidationError):
+        DEFAULT_PRICES.model_validate({**DEFAULT_PRICES.model_dump(), "s3_put_per_thousand": -1})
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"jobs_per_month": 0},
+        {"jobs_per_month": -5},
+        {"jobs_per_month": 100, "retry_rate": 1.5},
+        {"jobs_per_month": 100, "retry_rate": -0.1},
+        {"jobs_per_month": 100, "retry_rate": 0.1, "dlq_rate": 1.2},
+        # A job reaches the DLQ only after failing its first attempt: dead letters are retried jobs.
+        {"jobs_per_month": 100, "retry_rate": 0.01, "dlq_rate": 0.05},
+        {"jobs_per_month": 100, "max_retries": 0},
+        {"jobs_per_month": 100, "message_kb": 0},
+        {"jobs_per_month": 100, "message_kb": 2048},
+        {"jobs_per_month": 100, "batch_size": 0},
+        {"jobs_per_month": 100, "queues": 0},
+        {"jobs_per_month": 100, "esm_pollers": -1},
+        {"jobs_per_month": 100, "retries_rate": 0.1},  # a typo is an error, not a silent default
+    ],
+)
+def test_invalid_workloads_are_rejected(fields: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        Workload.model_validate(fields)
+
+
+def test_dlq_rate_equal_to_retry_rate_is_allowed() -> None:
+    workload = Workload(jobs_per_month=100, retry_rate=0.05, dlq_rate=0.05)
+    assert workload.recovered_jobs == 0
+    assert workload.retries == 5 * 3
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def test_render_text_shows_every_line_its_derivation_and_the_totals() -> None:
+    est = estimate(ARTICLE)
+    text = render_text(est)
+    for line in est.lines:
+        assert line.item in text
+        assert line.how in text
+    assert "61,200 operations" in text
+    assert f"{est.aws_total_usd:.4f}" in text
+    assert "6,570,000" in text
+    assert "e-0" not in text  # prices without exponent notation
+
+
+def test_to_dict_is_json_ready_and_consistent() -> None:
+    est = estimate(ARTICLE)
+    data = json.loads(json.dumps(to_dict(est)))
+    assert data["cloudflare_operations"] == 61_200
+    assert data["aws_total_usd"] == pytest.approx(sum(line["monthly_usd"] for line in data["lines"]))
+    assert len(data["lines"]) == len(est.lines)
+    assert data["prices"]["as_of"] == DEFAULT_PRICES.as_of.isoformat()
+    assert data["workload"]["jobs_per_month"] == 20_000
+    assert data["assumptions"]
