@@ -24,4 +24,24 @@ def load_stage_config(
     for key, value in (context or {}).items():
         if key in KNOWN_KEYS and value is not None:
             values[key] = str(value)
-    return parse_stage_config(stage, values)
+    config = parse_stage_config(stage, values)
+    check_registrations(config)
+    return config
+
+
+def check_registrations(config: StageConfig) -> None:
+    """Every configured queue and cron needs a registered handler; otherwise its work would be
+    acknowledged and dropped at run time. Fail the synth instead, naming what is missing."""
+    from aijobs.consumer.registry import QUEUE_HANDLERS
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+
+    queues = [name for name in config.queue_names if name not in QUEUE_HANDLERS]
+    if queues:
+        raise ConfigError(
+            f"QUEUE_NAMES {queues} have no handler in aijobs/consumer/registry.py (QUEUE_HANDLERS)"
+        )
+    crons = [cron.text for cron in config.crons if cron.text not in SCHEDULED_HANDLERS]
+    if crons:
+        raise ConfigError(
+            f"CRONS {crons} have no handler in aijobs/scheduled/registry.py (SCHEDULED_HANDLERS)"
+        )

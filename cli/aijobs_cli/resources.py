@@ -85,7 +85,15 @@ class StageResources:
         return env
 
     def cron_env(self) -> dict[str, str]:
-        env = {**self._common_env(), **self._queue_env(), "ALERT_TOPIC_ARN": self.topic_arn}
+        env = {
+            **self._common_env(),
+            **self._queue_env(),
+            "ALERT_TOPIC_ARN": self.topic_arn,
+            "MAX_RETRIES": str(self.config.max_retries),
+            "JOB_LEASE_SECONDS": str(self.config.lease_seconds),
+            "PROVIDER_RECHECK_SECONDS": str(self.config.provider_recheck_seconds),
+            "STUCK_QUEUED_SECONDS": str(self.config.stuck_queued_seconds),
+        }
         CronSettings.from_env(env)
         return env
 

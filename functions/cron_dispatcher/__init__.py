@@ -1,1 +1,1 @@
-"""Lambda entry point; filled by the job lifecycle work."""
+"""Cron dispatcher Lambda."""

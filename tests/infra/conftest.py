@@ -31,7 +31,7 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="session")
 def single_consumer(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """QUEUE_MAX_CONCURRENCY=1 (the case MaximumConcurrency cannot express), one queue, no crons."""
-    return _synth(tmp_path_factory, {"QUEUE_MAX_CONCURRENCY": "1", "QUEUE_NAMES": "summary", "CRONS": ""})
+    return _synth(tmp_path_factory, {"QUEUE_MAX_CONCURRENCY": "1", "QUEUE_NAMES": "summary", "CRONS": "", "KIND_PRICES": ""})
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "QUEUE_MAX_CONCURRENCY": "5",
             "QUEUE_NAMES": "summary; embedding ;summary",
             "SHARD_COUNT": "2",
-            "CRONS": "*/10 * * * *;0 3 * * MON-FRI",
+            "CRONS": "*/10 * * * *;*/5 * * * *",
+            "KIND_PRICES": "summary:2",
             "MAX_RETRIES": "2",
             "AUTH_MODE": "jwt",
             "JWT_ISSUER_URL": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",

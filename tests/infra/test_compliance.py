@@ -81,7 +81,9 @@ def test_stack_outputs_cover_api_queues_tables_bucket_and_alerts(dev: Synth) -> 
     ("context", "message"),
     [
         ({"QUEUE_NAMES": "summary;Image_Gen"}, "'Image_Gen'"),
-        ({"QUEUE_NAMES": "x" * 70}, "too long"),
+        ({"QUEUE_NAMES": "summary;translate", "KIND_PRICES": ""}, r"\['translate'\] have no handler"),
+        ({"CRONS": "*/10 * * * *;0 3 * * MON-FRI"}, r"CRONS \['0 3 \* \* MON-FRI'\] have no handler"),
+        ({"QUEUE_NAMES": "x" * 70, "KIND_PRICES": ""}, "too long"),
         ({"CRONS": "*/10 * * * *;0 0 1 * 1"}, "0 0 1 \\* 1"),
         ({"CRONS": "*/61 * * * *"}, "CRONS"),
         ({"QUEUE_MAX_CONCURRENCY": "0"}, "QUEUE_MAX_CONCURRENCY"),
@@ -97,14 +99,14 @@ def test_deploy_refuses_a_missing_dependency_layer(tmp_path: Path, monkeypatch: 
     from aijobs_cdk.constructs import lambda_defaults
 
     monkeypatch.setattr(lambda_defaults, "DEPS_LAYER_BUILD_DIR", tmp_path / "not-built")
-    context = cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary"})
+    context = cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary", "KIND_PRICES": ""})
     _app, stack, _config = build_app(context, outdir=str(tmp_path))
     # An error annotation: the CDK CLI refuses to synthesize or deploy the stack.
     errors = Annotations.from_stack(stack).find_error(
         "*", Match.string_like_regexp("dependency layer not built")
     )
     assert len(errors) == 1
-    without_flag, _config = build_app(cli_context({"QUEUE_NAMES": "summary"}), outdir=str(tmp_path / "w"))[1:]
+    without_flag, _config = build_app(cli_context({"QUEUE_NAMES": "summary", "KIND_PRICES": ""}), outdir=str(tmp_path / "w"))[1:]
     assert Annotations.from_stack(without_flag).find_error("*", Match.any_value()) == []
 
 
@@ -117,7 +119,7 @@ def test_built_dependency_layer_is_packaged(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(lambda_defaults, "DEPS_LAYER_BUILD_DIR", built)
     out = tmp_path / "out"
     app, _stack, _config = build_app(
-        cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary"}), outdir=str(out)
+        cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary", "KIND_PRICES": ""}), outdir=str(out)
     )
     app.synth()
     layer_assets = [

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from aijobs_cdk.constructs.schedules import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME
+from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
@@ -24,7 +24,7 @@ def _schedules(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_shipped_cron_becomes_an_aws_cron_with_its_exact_text_in_the_payload(dev: Synth) -> None:
     schedules = _schedules(dev)
-    assert set(schedules) == {"*/10 * * * *"}
+    assert set(schedules) == {"*/10 * * * *", "*/5 * * * *"}
     props = schedules["*/10 * * * *"]
     assert props["ScheduleExpression"] == "cron(0/10 * * * ? *)"
     assert props["ScheduleExpressionTimezone"] == "Etc/UTC"
@@ -36,7 +36,7 @@ def test_the_shipped_cron_becomes_an_aws_cron_with_its_exact_text_in_the_payload
 def test_every_schedule_targets_the_cron_dispatcher(capped: Synth) -> None:
     (dispatcher_id,) = capped.functions_by_handler("cron_dispatcher.handler.handler")
     schedules = _schedules(capped)
-    assert schedules["0 3 * * MON-FRI"]["ScheduleExpression"] == "cron(0 3 ? * 2-6 *)"
+    assert schedules["*/5 * * * *"]["ScheduleExpression"] == "cron(0/5 * * * ? *)"
     for props in schedules.values():
         assert target_id(props["Target"]["Arn"]) == dispatcher_id
         assert props["Target"]["RetryPolicy"]["MaximumRetryAttempts"] == 2

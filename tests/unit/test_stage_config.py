@@ -555,7 +555,7 @@ def test_shipped_dev_config() -> None:
     assert config.stage == "dev"
     assert not config.is_production
     assert config.queue_names == SHIPPED_QUEUES
-    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *",)
+    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
     assert config.crons[0].to_aws() == "cron(0/10 * * * ? *)"
     assert config.queue_max_concurrency is None
     assert config.max_receive_count == 4
@@ -566,7 +566,7 @@ def test_shipped_prod_config() -> None:
     assert config.stage == "prod"
     assert config.is_production
     assert config.queue_names == SHIPPED_QUEUES
-    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *",)
+    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
     assert config.alert_email is None
 
 

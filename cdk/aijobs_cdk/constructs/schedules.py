@@ -9,14 +9,10 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
+# Payload keys the dispatcher reads: `cron` is the exact CRONS entry (the SCHEDULED_HANDLERS key).
+from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_EXECUTION_ID, PAYLOAD_SCHEDULED_TIME
 from aijobs.stage_config import StageConfig
 from aijobs_cdk.nag import acknowledge, logical_id
-
-# Payload keys the dispatcher reads. `cron` is the exact CRONS entry (the SCHEDULED_HANDLERS key);
-# the scheduled time identifies one run, so a duplicate delivery of the same run can be recognised.
-PAYLOAD_CRON = "cron"
-PAYLOAD_SCHEDULED_TIME = "scheduledTime"
-PAYLOAD_EXECUTION_ID = "executionId"
 
 
 class Schedules(Construct):

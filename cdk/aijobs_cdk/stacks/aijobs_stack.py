@@ -94,7 +94,15 @@ class AijobsStack(Stack):
             handler=CRON_HANDLER,
             description=f"aijobs {config.stage} cron dispatcher",
             timeout=Duration.minutes(5),
-            environment={**table_env, **alert_env, **queue_env},
+            environment={
+                **table_env,
+                **alert_env,
+                **queue_env,
+                "MAX_RETRIES": str(config.max_retries),
+                "JOB_LEASE_SECONDS": str(config.lease_seconds),
+                "PROVIDER_RECHECK_SECONDS": str(config.provider_recheck_seconds),
+                "STUCK_QUEUED_SECONDS": str(config.stuck_queued_seconds),
+            },
         )
         # A failed run is not retried by Lambda: the next scheduled run is the retry, and the
         # failure itself alerts (a retry would repeat the alert, not the fix).

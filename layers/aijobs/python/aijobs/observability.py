@@ -26,6 +26,10 @@ METRIC_FAILED_FINAL = "JobsFailedFinal"
 METRIC_DURATION = "JobDuration"
 METRIC_POISON = "PoisonMessages"
 METRIC_CONSUMER_PAUSED = "ConsumerPaused"
+METRIC_CRON_FAILED = "CronRunFailed"
+METRIC_CRON_SKIPPED = "CronRunSkipped"
+METRIC_SWEPT = "JobsSwept"
+METRIC_CREDITS_EXPIRED = "CreditGrantsExpired"
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"))
 
@@ -38,13 +42,16 @@ def service_name(stage: str) -> str:
 def emit(
     name: str,
     *,
-    kind: str,
+    kind: str | None = None,
     value: float = 1,
     unit: MetricUnit = MetricUnit.Count,
     error_class: str | None = None,
+    **dimensions: str,
 ) -> None:
-    """One EMF metric with dimensions service + kind (+ error class)."""
-    dimensions = {"service": os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"), KIND_DIMENSION: kind}
+    """One EMF metric with dimensions service + kind (+ error class, + any others given)."""
+    dimensions = {"service": os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"), **dimensions}
+    if kind is not None:
+        dimensions[KIND_DIMENSION] = kind
     if error_class is not None:
         dimensions[ERROR_CLASS_DIMENSION] = error_class
     with single_metric(

@@ -20,8 +20,10 @@ from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import utcnow
 from aijobs.providers.registry import get_provider
 from aijobs.queues import JobQueues
+from aijobs.scheduled.context import CronContext
 from aijobs.settings import (
     ConsumerSettings,
+    CronSettings,
     DlqSettings,
     FunctionSettings,
     api_settings,
@@ -104,6 +106,27 @@ def build_dead_letter_consumer(
     )
 
 
+@cache
+def cron_context() -> CronContext:
+    return build_cron_context(cron_settings())
+
+
+def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = utcnow) -> CronContext:
+    return CronContext(
+        stage=settings.stage,
+        directory=directory(settings),
+        meta=aws.dynamodb().Table(settings.meta_table_name),
+        queues=JobQueues(aws.sqs(), settings.queue_urls),
+        alerts=Alerts(aws.sns(), settings.alert_topic_arn),
+        kinds=settings.queue_names,
+        max_attempts=settings.max_retries + 1,
+        lease=timedelta(seconds=settings.job_lease_seconds),
+        recheck=timedelta(seconds=settings.provider_recheck_seconds),
+        stuck_after=timedelta(seconds=settings.stuck_queued_seconds),
+        clock=clock,
+    )
+
+
 def reset_runtime() -> None:
     """Forget every cached setting, client and collaborator (tests, local stack reloads)."""
     for factory in (
@@ -114,6 +137,7 @@ def reset_runtime() -> None:
         consumer,
         api_service,
         dead_letter_consumer,
+        cron_context,
     ):
         factory.cache_clear()
     aws.reset_clients()

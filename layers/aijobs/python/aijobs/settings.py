@@ -107,6 +107,10 @@ class CronSettings(_QueueSettings):
     """The cron dispatcher (its jobs may re-queue work, so it knows the queues)."""
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
+    max_retries: int = Field(validation_alias="MAX_RETRIES", ge=0)
+    job_lease_seconds: int = Field(validation_alias="JOB_LEASE_SECONDS", ge=1)
+    provider_recheck_seconds: int = Field(validation_alias="PROVIDER_RECHECK_SECONDS", ge=0)
+    stuck_queued_seconds: int = Field(validation_alias="STUCK_QUEUED_SECONDS", ge=1)
 
 
 @cache

@@ -66,6 +66,7 @@ INT_KEYS: dict[str, _IntKey] = {
     "RETRY_MAX_DELAY_SECONDS": _IntKey(900, 1, 43_200, "longest back-off of any retry"),
     "THROTTLE_DELAY_SECONDS": _IntKey(60, 0, 43_200, "back-off of a 429 without Retry-After (doubles)"),
     "PROVIDER_RECHECK_SECONDS": _IntKey(30, 0, 900, "re-check interval of a provider task still running"),
+    "STUCK_QUEUED_SECONDS": _IntKey(900, 1, 86_400, "age at which the sweeper re-sends a queued job"),
     # 0 (the default) derives the lease from the consumer timeout; see StageConfig.job_lease_seconds.
     "JOB_LEASE_SECONDS": _IntKey(
         0, 0, 43_200, "how long a claimed job is held before another consumer may take it"
@@ -158,6 +159,7 @@ class StageConfig:
     throttle_delay_seconds: int
     provider_recheck_seconds: int
     job_lease_seconds: int
+    stuck_queued_seconds: int
     provider: str
     kind_prices: tuple[tuple[str, int], ...] = ()
     auth_mode: str = "api_key"

@@ -396,6 +396,68 @@ class JobStore:
         assert updated is not None
         return updated
 
+    def release_expired_lease(self, job: Job, *, now: datetime, error_class: str) -> Job | None:
+        """`running` whose lease expired (its consumer died) -> `failed_retryable`; None if it moved on."""
+        return self._transition(
+            job,
+            JobStatus.FAILED_RETRYABLE,
+            now,
+            condition="#status = :running AND lease_expires_at = :seen AND lease_expires_at < :now",
+            sets={
+                "last_error_class": error_class,
+                "last_error_message": "the consumer stopped before finishing",
+            },
+            values={
+                ":running": JobStatus.RUNNING.value,
+                ":seen": iso(job.lease_expires_at or now),
+                ":now": iso(now),
+            },
+            remove=("lease_expires_at",),
+            lost_race_returns_none=True,
+        )
+
+    def touch(self, job: Job, *, now: datetime, hold: timedelta | None = None) -> Job | None:
+        """Claim the right to re-send a stale row's message: one caller wins per `updated_at`."""
+        sets: dict[str, Any] = {}
+        if hold is not None:
+            sets["lease_expires_at"] = iso(now + hold)
+        return self._transition(
+            job,
+            job.status,
+            now,
+            condition="#status = :seen_status AND updated_at = :seen_at",
+            sets=sets,
+            values={":seen_status": job.status.value, ":seen_at": iso(job.updated_at)},
+            lost_race_returns_none=True,
+        )
+
+    def delete_finished(self, job: Job) -> bool:
+        """Remove a finished job past retention; False when it changed or is gone already."""
+        try:
+            self._table.delete_item(
+                Key={PK: user_pk(job.user_id), SK: job_sk(job.job_id)},
+                ConditionExpression="#status = :status AND updated_at = :seen_at",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={":status": job.status.value, ":seen_at": iso(job.updated_at)},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def query_kind_status_page(
+        self, kind: str, status: JobStatus, *, before: datetime, limit: int
+    ) -> list[Job]:
+        """At most `limit` jobs of a kind and status last changed before `before`, oldest first."""
+        response = self._table.query(
+            IndexName="by_kind_status",
+            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :before",
+            ExpressionAttributeValues={":pk": kind_status_pk(kind, status.value), ":before": iso(before)},
+            Limit=limit,
+        )
+        return [_from_item(item) for item in response["Items"]]
+
     def _transition(
         self,
         job: Job,

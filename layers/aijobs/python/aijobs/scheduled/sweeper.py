@@ -1,0 +1,93 @@
+"""The stuck-job sweeper (beyond the source): nothing stays `running` or `queued` forever.
+
+- `running` whose lease expired: its consumer was killed (timeout, out of memory). Re-queue it
+  within the attempt budget, or finalize it (refunding its credits) when the budget is spent.
+  One still waiting on its provider gets its lost re-check message re-sent instead.
+- `queued` / `failed_retryable` older than STUCK_QUEUED_SECONDS: its message never arrived (or
+  was lost). Re-send it within the budget, or finalize it.
+Every action first wins a conditional update on the row, so two overlapping runs act once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from aijobs.domain import Job, JobStatus, QueueMessage
+from aijobs.errors import TransitionConflict
+from aijobs.observability import METRIC_SWEPT, emit, logger
+from aijobs.scheduled.context import CronContext, CronRun
+from aijobs.store.jobs import JobStore
+
+LEASE_EXPIRED = "lease_expired"
+NEVER_DELIVERED = "never_delivered"
+SWEEP_LIMIT = 100
+
+
+def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
+    now = ctx.clock()
+    actions: Counter[str] = Counter()
+    for index in ctx.directory.active_shards():
+        store = JobStore(ctx.directory.shard_tables[index], ctx.clock)
+        for kind in ctx.kinds:
+            for job in store.query_kind_status_page(kind, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
+                if job.lease_expires_at is not None and job.lease_expires_at < now:
+                    actions[f"{kind}:{_sweep_running(store, ctx, job)}"] += 1
+            for status in (JobStatus.QUEUED, JobStatus.FAILED_RETRYABLE):
+                stale = store.query_kind_status_page(
+                    kind, status, before=now - ctx.stuck_after, limit=SWEEP_LIMIT
+                )
+                for job in stale:
+                    actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
+    for key, count in actions.items():
+        kind, action = key.split(":", 1)
+        if action != "skipped":
+            emit(METRIC_SWEPT, kind=kind, value=count, action=action)
+    result = {"cron": run.expression, "actions": dict(actions)}
+    logger.info("sweeper result", extra=result)
+    return result
+
+
+def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
+    now = ctx.clock()
+    if job.awaiting_provider:
+        if store.touch(job, now=now, hold=ctx.recheck + ctx.lease) is None:
+            return "skipped"
+        _send(ctx, job)
+        return "recheck_resent"
+    if job.attempts >= ctx.max_attempts:
+        return _finalize(store, ctx, job, LEASE_EXPIRED)
+    if store.release_expired_lease(job, now=now, error_class=LEASE_EXPIRED) is None:
+        return "skipped"
+    _send(ctx, job)
+    return "requeued"
+
+
+def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
+    if job.attempts >= ctx.max_attempts:
+        return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED)
+    if store.touch(job, now=ctx.clock()) is None:
+        return "skipped"
+    _send(ctx, job)
+    return "resent"
+
+
+def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str) -> str:
+    try:
+        store.fail_final(
+            job,
+            now=ctx.clock(),
+            error_class=error_class,
+            message="attempt budget spent (found by the sweeper)",
+            own_claim=False,
+        )
+    except TransitionConflict:
+        return "skipped"
+    return "finalized"
+
+
+def _send(ctx: CronContext, job: Job) -> None:
+    ctx.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
+    logger.info(
+        "stuck job re-sent", extra={"jobId": job.job_id, "kind": job.kind, "status": job.status.value}
+    )
