@@ -31,7 +31,10 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="session")
 def single_consumer(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """QUEUE_MAX_CONCURRENCY=1 (the case MaximumConcurrency cannot express), one queue, no crons."""
-    return _synth(tmp_path_factory, {"QUEUE_MAX_CONCURRENCY": "1", "QUEUE_NAMES": "summary", "CRONS": "", "KIND_PRICES": ""})
+    return _synth(
+        tmp_path_factory,
+        {"QUEUE_MAX_CONCURRENCY": "1", "QUEUE_NAMES": "summary", "CRONS": "", "KIND_PRICES": ""},
+    )
 
 
 @pytest.fixture(scope="session")

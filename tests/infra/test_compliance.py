@@ -106,7 +106,9 @@ def test_deploy_refuses_a_missing_dependency_layer(tmp_path: Path, monkeypatch: 
         "*", Match.string_like_regexp("dependency layer not built")
     )
     assert len(errors) == 1
-    without_flag, _config = build_app(cli_context({"QUEUE_NAMES": "summary", "KIND_PRICES": ""}), outdir=str(tmp_path / "w"))[1:]
+    without_flag, _config = build_app(
+        cli_context({"QUEUE_NAMES": "summary", "KIND_PRICES": ""}), outdir=str(tmp_path / "w")
+    )[1:]
     assert Annotations.from_stack(without_flag).find_error("*", Match.any_value()) == []
 
 
@@ -119,7 +121,8 @@ def test_built_dependency_layer_is_packaged(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(lambda_defaults, "DEPS_LAYER_BUILD_DIR", built)
     out = tmp_path / "out"
     app, _stack, _config = build_app(
-        cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary", "KIND_PRICES": ""}), outdir=str(out)
+        cli_context({"requireDepsLayer": "true", "QUEUE_NAMES": "summary", "KIND_PRICES": ""}),
+        outdir=str(out),
     )
     app.synth()
     layer_assets = [

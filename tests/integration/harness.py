@@ -101,7 +101,7 @@ class Stage:
     def store_for(self, user_id: str) -> JobStore:
         table = self.directory.shard_for(user_id)
         assert table is not None, f"unknown user {user_id}"
-        return JobStore(table)
+        return JobStore(table, self.clock)
 
     def submit(self, user_id: str, kind: str, text: Any, **fields: Any) -> Job:
         """Write a queued row and send its reference, as the producer does."""

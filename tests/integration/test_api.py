@@ -26,6 +26,7 @@ def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     for key, value in stage.resources.api_env().items():
         monkeypatch.setenv(key, value)
     runtime.reset_runtime()
+    runtime.api_service().clock = stage.clock
     from api import handler  # the function's own module, as Lambda imports it
 
     yield Api(stage, handler.handler)

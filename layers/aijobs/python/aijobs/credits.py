@@ -226,7 +226,9 @@ class CreditLedger:
     def due_grants(self, now: datetime, limit: int) -> list[Grant]:
         response = self._table.query(
             IndexName="by_due",
-            KeyConditionExpression=Key("gsi3pk").eq(GRANT_DUE_PK) & Key("gsi3sk").lte(iso(now)),
+            # Sort keys are `<expires_at>#<user>#<grant>`: "$" sorts right after "#", so this
+            # includes every grant expiring at `now` exactly.
+            KeyConditionExpression=Key("gsi3pk").eq(GRANT_DUE_PK) & Key("gsi3sk").lt(iso(now) + "$"),
             Limit=limit,
         )
         return [_grant(item) for item in response["Items"]]

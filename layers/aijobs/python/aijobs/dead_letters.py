@@ -94,7 +94,7 @@ class DeadLetterConsumer:
         table = self.directory.shard_for(message.userId)
         if table is None:
             return None
-        store = JobStore(table)
+        store = JobStore(table, self.clock)
         job = store.get(message.userId, message.jobId)
         if job is None:
             return None

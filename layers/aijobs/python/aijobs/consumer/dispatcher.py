@@ -110,7 +110,7 @@ class Consumer:
 
     def _process_message(self, record: SQSRecord, message: QueueMessage, handler: KindHandler) -> None:
         table = self.directory.shard_for(message.userId)
-        store = JobStore(table) if table is not None else None
+        store = JobStore(table, self.clock) if table is not None else None
         job = store.get(message.userId, message.jobId) if store is not None else None
         if store is None or job is None:
             logger.warning("job row missing: message acknowledged")
