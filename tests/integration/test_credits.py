@@ -98,6 +98,7 @@ def test_not_enough_credits_is_402_with_no_row_and_no_message(stage: Stage, api:
 
 def test_credits_endpoint_shows_balance_grants_and_transactions(stage: Stage, api: Any) -> None:
     grant_id = _ledger(stage).grant("alice", 10, stage.clock() + timedelta(days=1))
+    stage.clock.advance(1)
     _submit(api, kind="embedding")
     status, body = api("api-get-job.json", path="/credits")
     assert status == 200
