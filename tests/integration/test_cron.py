@@ -14,7 +14,7 @@ from aijobs.domain import JobStatus
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.maintenance import RetentionConfigError, run_maintenance, write_retention
-from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+from aijobs.scheduled.registry import SCHEDULED_HANDLERS, ScheduledHandler
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs_cli.esm import LambdaContext
@@ -68,23 +68,28 @@ def test_entry_point_runs_the_registered_job_for_the_sample_schedule_event(
     }
 
 
+def _recorder(seen: list[str], name: str) -> ScheduledHandler:
+    def handler(run: CronRun, ctx: CronContext) -> dict[str, Any]:
+        seen.append(name)
+        return {}
+
+    return handler
+
+
 def test_unknown_expression_is_skipped_and_logged(stage: Stage) -> None:
-    calls: list[CronRun] = []
-    handlers = {"*/10 * * * *": lambda run, ctx: calls.append(run) or {}}
-    result = dispatch({"cron": "0 0 * * *"}, _ctx(stage), handlers)  # type: ignore[dict-item]
+    seen: list[str] = []
+    handlers = {"*/10 * * * *": _recorder(seen, "ten")}
+    result = dispatch({"cron": "0 0 * * *"}, _ctx(stage), handlers)
     assert result == {"cron": "0 0 * * *", "status": "skipped"}
-    assert dispatch({}, _ctx(stage), handlers)["status"] == "skipped"  # type: ignore[arg-type]
-    assert calls == []
+    assert dispatch({}, _ctx(stage), handlers)["status"] == "skipped"
+    assert seen == []
 
 
 def test_the_exact_expression_selects_the_handler(stage: Stage) -> None:
     seen: list[str] = []
-    handlers = {
-        "*/10 * * * *": lambda run, ctx: seen.append("ten") or {},
-        "*/5 * * * *": lambda run, ctx: seen.append("five") or {},
-    }
-    dispatch({"cron": "*/5 * * * *", "scheduledTime": "t"}, _ctx(stage), handlers)  # type: ignore[arg-type]
-    dispatch({"cron": "*/10  * * * *"}, _ctx(stage), handlers)  # type: ignore[arg-type]  # not the exact text
+    handlers = {"*/10 * * * *": _recorder(seen, "ten"), "*/5 * * * *": _recorder(seen, "five")}
+    dispatch({"cron": "*/5 * * * *", "scheduledTime": "t"}, _ctx(stage), handlers)
+    dispatch({"cron": "*/10  * * * *"}, _ctx(stage), handlers)  # not the exact text: skipped
     assert seen == ["five"]
 
 

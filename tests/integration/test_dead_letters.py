@@ -226,3 +226,13 @@ def test_batch_rerun_filters_counts_in_a_dry_run_and_is_rate_limited(stage: Stag
     assert stage.job(late).status is JobStatus.FAILED_FINAL
     assert all(stage.job(job).status is JobStatus.QUEUED for job in bad_input)
     assert len(stage.receive(stage.resources.queue_urls["summary"])) == 3
+
+
+def test_rerun_after_an_outage_succeeds(stage: Stage) -> None:
+    job = _exhaust(stage, text="#outage " + TEXT)  # every attempt fails until an operator re-runs
+    _dlq_mapping(stage, "summary").poll_once()
+    assert stage.job(job).dead_lettered is True
+    _operator(stage).rerun("alice", job.job_id)
+    list(stage.drain("summary"))
+    row = stage.job(job)
+    assert (row.status, row.attempts, row.reruns, row.dead_lettered) == (JobStatus.SUCCEEDED, 1, 1, False)

@@ -626,3 +626,19 @@ def test_registry_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match="local") as caught:
         get_provider("openai")
     assert "openai" in str(caught.value)
+
+
+def test_outage_fails_every_attempt_until_an_operator_reruns_the_job() -> None:
+    from aijobs.errors import TransientProviderError as Transient
+    from aijobs.providers.base import ProviderRequest as Request
+    from aijobs.providers.local import LocalProvider as Local
+
+    provider = Local(sleep=lambda _s: None)
+    for attempt in (1, 2, 5):
+        with pytest.raises(Transient):
+            provider.run(
+                Request(job_id="j", kind="summary", input="#outage Some text. More.", attempt=attempt)
+            )
+    result = provider.run(Request(job_id="j", kind="summary", input="#outage Some text. More.", reruns=1))
+    assert result.status == "succeeded"
+    assert "#outage" not in result.output["summary"]

@@ -63,6 +63,7 @@ class Job(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     cost: float | None = None
     dead_lettered: bool = False
+    reruns: int = 0
     # Credits: the price reserved at submit, and whether it was settled or refunded since.
     price: int = 0
     charge_state: str | None = None

@@ -39,6 +39,7 @@ class JobContext:
             attempt=self.job.attempts,
             checks=self.job.provider_checks,
             handle=self.job.provider_handle,
+            reruns=self.job.reruns,
         )
 
 

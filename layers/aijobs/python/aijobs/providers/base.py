@@ -30,6 +30,8 @@ class ProviderRequest(BaseModel):
     checks: int = 0
     # The provider's own task id from an earlier `running` answer.
     handle: str | None = None
+    # How many times an operator re-ran the job (a re-run usually follows a fix).
+    reruns: int = 0
 
     @property
     def idempotency_key(self) -> str:

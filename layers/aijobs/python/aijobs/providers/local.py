@@ -84,6 +84,8 @@ class _Fail:
     code: str
     # The failure happens while `attempt <= times`; None means on every attempt.
     times: int | None
+    # `#outage`: an outage that an operator's re-run comes after (fails only before any re-run).
+    until_rerun: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,10 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
     while rest.startswith("#"):
         parts = rest.split(maxsplit=1)
         token = parts[0]
+        if token.lower() == "#outage":
+            fails.append(_Fail(code="503", times=None, until_rerun=True))
+            rest = parts[1] if len(parts) > 1 else ""
+            continue
         match = _DIRECTIVE.match(token)
         if match is None:
             break
@@ -603,6 +609,8 @@ class LocalProvider:
         for seconds in directives.sleeps:
             self._sleep(seconds)
         for fail in directives.fails:
+            if fail.until_rerun and request.reruns > 0:
+                continue
             if fail.times is None or request.attempt <= fail.times:
                 raise self._failure(fail, request.attempt)
 

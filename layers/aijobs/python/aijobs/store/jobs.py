@@ -389,7 +389,13 @@ class JobStore:
             JobStatus.QUEUED,
             now,
             condition=f"#status IN ({', '.join(values)})",
-            sets={"attempts": 0, "dead_lettered": False, "awaiting_provider": False, "provider_checks": 0},
+            sets={
+                "attempts": 0,
+                "dead_lettered": False,
+                "awaiting_provider": False,
+                "provider_checks": 0,
+                "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
+            },
             values=values,
             remove=("lease_expires_at", "finished_at", "provider_handle", "started_at"),
         )
@@ -523,6 +529,8 @@ class JobStore:
                 expression, operand = value
                 assignments.append(f"#a{index} = {expression.replace(name, f'#a{index}')}")
                 expression_values[":one"] = operand
+                if ":zero" in expression:
+                    expression_values[":zero"] = 0
             else:
                 assignments.append(f"#a{index} = :v{index}")
                 expression_values[f":v{index}"] = value
@@ -621,6 +629,7 @@ def _from_item(item: dict[str, Any]) -> Job:
         usage=json.loads(item.get("usage_json", "{}")),
         cost=float(item["cost"]) if "cost" in item else None,
         dead_lettered=bool(item.get("dead_lettered", False)),
+        reruns=int(item.get("reruns", 0)),
         price=int(item.get("price", 0)),
         charge_state=item.get("charge_state"),
         charge_allocation=json.loads(item.get("charge_json", "{}")),
