@@ -85,25 +85,31 @@ class QueueMapping:
     batch_window_seconds: float = 0.0
     enabled: bool = True
     invocations: int = 0
+    # Long-poll this long for the first message of a batch (the service long-polls 20 s).
+    long_poll_seconds: int = 0
 
     def receive_batch(self) -> list[MessageTypeDef]:
-        """Gather up to `batch_size` messages, waiting at most the batching window."""
+        """Wait for a first message, then gather up to `batch_size` within the batching window."""
         messages: list[MessageTypeDef] = []
-        deadline = time.monotonic() + self.batch_window_seconds
+        deadline: float | None = None
         while len(messages) < self.batch_size:
-            remaining = deadline - time.monotonic()
             response = self.sqs.receive_message(
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=min(10, self.batch_size - len(messages)),
                 AttributeNames=["All"],
-                WaitTimeSeconds=0,
+                WaitTimeSeconds=0 if messages else self.long_poll_seconds,
             )
             got = response.get("Messages", [])
             messages.extend(got)
+            if not messages:
+                return messages
+            if deadline is None:
+                deadline = time.monotonic() + self.batch_window_seconds
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             if not got:
-                time.sleep(min(0.05, max(remaining, 0)))
+                time.sleep(min(0.2, remaining))
         return messages
 
     def poll_once(self) -> BatchOutcome:

@@ -403,3 +403,22 @@ def test_other_fields_round_trip_through_aws_semantics(
     text, expected = data.draw(_field_spec(low, high, names))
     expression = parse_cron(template.format(text))
     assert _expand_aws(_aws_fields(expression)[field], low, high) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "moment", "fires"),
+    [
+        ("*/10 * * * *", "2026-11-29T09:10:00", True),
+        ("*/10 * * * *", "2026-11-29T09:15:00", False),
+        ("0 9 * * 1-5", "2026-11-30T09:00:30", True),  # a Monday
+        ("0 9 * * 1-5", "2026-11-29T09:00:00", False),  # a Sunday
+        ("0 0 * * 0", "2026-11-29T00:00:00", True),
+        ("0 0 * * 7", "2026-11-29T00:00:00", True),
+        ("30 2 1 * *", "2026-12-01T02:30:00", True),
+        ("30 2 1 * *", "2026-12-02T02:30:00", False),
+    ],
+)
+def test_matches_uses_classic_cron_semantics(text: str, moment: str, fires: bool) -> None:
+    from datetime import UTC, datetime
+
+    assert parse_cron(text).matches(datetime.fromisoformat(moment).replace(tzinfo=UTC)) is fires

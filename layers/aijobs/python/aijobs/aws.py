@@ -6,6 +6,7 @@ boto3 itself) points every client at the local stack's moto server.
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,17 @@ if TYPE_CHECKING:
 _CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=3, read_timeout=10)
 
 
-@cache
+_thread = threading.local()
+
+
 def dynamodb() -> DynamoDBServiceResource:
-    return boto3.resource("dynamodb", config=_CONFIG)
+    """The DynamoDB resource of the calling thread (boto3 resources are not thread-safe; a Lambda
+    runs one thread, the local stack runs its pollers in several)."""
+    resource: DynamoDBServiceResource | None = getattr(_thread, "dynamodb", None)
+    if resource is None:
+        resource = boto3.resource("dynamodb", config=_CONFIG)
+        _thread.dynamodb = resource
+    return resource
 
 
 @cache
@@ -49,5 +58,6 @@ def lambda_() -> LambdaClient:
 
 
 def reset_clients() -> None:
-    for factory in (dynamodb, sqs, s3, sns, lambda_):
+    _thread.__dict__.pop("dynamodb", None)
+    for factory in (sqs, s3, sns, lambda_):
         factory.cache_clear()

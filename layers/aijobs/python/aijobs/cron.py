@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 _MONTH_NAMES = {
     name: number
@@ -55,6 +56,20 @@ class CronExpression:
     days_of_week: frozenset[int]  # 0 = Sunday ... 6 = Saturday
     day_of_month_any: bool
     day_of_week_any: bool
+
+    def matches(self, moment: datetime) -> bool:
+        """Whether the expression fires in the minute of `moment` (UTC), classic cron semantics.
+
+        One day field is always `*` (parse_cron refuses both), so both day conditions must hold.
+        """
+        utc = moment.astimezone(UTC)
+        return (
+            utc.minute in self.minutes
+            and utc.hour in self.hours
+            and utc.month in self.months
+            and utc.day in self.days_of_month
+            and utc.isoweekday() % 7 in self.days_of_week
+        )
 
     def to_aws(self) -> str:
         """The EventBridge Scheduler `cron(min hour dom month dow year)` expression (UTC)."""
