@@ -86,7 +86,7 @@ def api_event(method: str, raw_path: str, headers: dict[str, str], body: bytes) 
                 "protocol": "HTTP/1.1",
                 "sourceIp": "127.0.0.1",
                 "userAgent": headers.get("User-Agent", ""),
-            },  # fmt: skip
+            },
             "requestId": f"local-{time.monotonic_ns()}",
             "routeKey": "$default",
             "stage": "$default",
