@@ -9,7 +9,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: bootstrap test lint format typecheck pytest synth deps-layer deploy lock clean
+.PHONY: bootstrap test lint format typecheck pytest dev demo synth deps-layer deploy lock clean
 
 bootstrap: $(BIN)/.bootstrapped node_modules/.bootstrapped
 
@@ -41,6 +41,10 @@ typecheck: bootstrap
 pytest: bootstrap
 	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
 
+## Start the whole system locally (moto, HTTP API on localhost:8080, pollers, schedules). Ctrl-C stops it.
+dev: bootstrap
+	$(BIN)/aijobs dev --port $(or $(PORT),8080) --info-file .aijobs/local.json
+
 ## Synthesize the stage's template into cdk.out/ (no AWS account, network or Docker needed).
 synth: bootstrap
 	npx cdk synth --no-notices -q -c stage=$(STAGE)
@@ -59,6 +63,10 @@ lock:
 	( echo "# Pinned by \`make lock\` from requirements/dev.in (pip freeze of a clean venv). Do not edit by hand."; \
 	  .lock-venv/bin/pip freeze ) > requirements/dev.txt
 	rm -rf .lock-venv
+
+## Submit a mix of jobs to the running local stack and watch them finish.
+demo: bootstrap
+	$(BIN)/aijobs demo --info-file .aijobs/local.json
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -214,6 +215,11 @@ class LocalStack:
         )
 
     def _start_api(self) -> None:
+        # Lambda puts the function code root on sys.path (/var/task); so does the local stack.
+        from aijobs_cdk import FUNCTIONS_DIR
+
+        if str(FUNCTIONS_DIR) not in sys.path:
+            sys.path.insert(0, str(FUNCTIONS_DIR))
         from api import handler as api_handler  # the producer function, as Lambda imports it
 
         stack = self

@@ -154,3 +154,5 @@ class AijobsStack(Stack):
             binding = config.bindings[job_queue.kind]
             CfnOutput(self, f"QueueUrl{binding}", value=job_queue.queue.queue_url)
             CfnOutput(self, f"DlqUrl{binding}", value=job_queue.dlq.queue_url)
+            CfnOutput(self, f"ConsumerFunction{binding}", value=job_queue.consumer.function_name)
+        CfnOutput(self, "CronDispatcherFunction", value=dispatcher.function_name)

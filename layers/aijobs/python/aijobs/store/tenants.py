@@ -39,7 +39,7 @@ class Directory:
     """
 
     def __init__(self, meta: Table, shard_tables: tuple[Table, ...]) -> None:
-        self._meta = meta
+        self.meta = meta
         self.shard_tables = shard_tables
         self._shard_of: dict[str, int] = {}
 
@@ -47,7 +47,7 @@ class Directory:
         """The user's shard table, or None for an unknown user."""
         index = self._shard_of.get(user_id)
         if index is None:
-            item = self._meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}).get("Item")
+            item = self.meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}).get("Item")
             if item is None:
                 return None
             index = int(item["shard"])  # type: ignore[arg-type]
@@ -59,7 +59,7 @@ class Directory:
         return self.shard_tables[index]
 
     def authenticate(self, key: str) -> Principal | None:
-        item = self._meta.get_item(Key={PK: api_key_pk(hash_api_key(key)), SK: API_KEY_SK}).get("Item")
+        item = self.meta.get_item(Key={PK: api_key_pk(hash_api_key(key)), SK: API_KEY_SK}).get("Item")
         if item is None or item.get("revoked"):
             return None
         return Principal(user_id=str(item["userId"]), role=str(item.get("role", "user")))
@@ -67,14 +67,14 @@ class Directory:
     def ensure_user(self, user_id: str) -> int:
         """Create the user's profile on a shard (stable by hash) unless it exists; returns the shard."""
         shard = int(hashlib.sha256(user_id.encode()).hexdigest(), 16) % len(self.shard_tables)
-        self._meta.update_item(
+        self.meta.update_item(
             Key={PK: user_pk(user_id), SK: PROFILE_SK},
             UpdateExpression="SET #shard = if_not_exists(#shard, :shard), "
             "created_at = if_not_exists(created_at, :now)",
             ExpressionAttributeNames={"#shard": "shard"},
             ExpressionAttributeValues={":shard": shard, ":now": iso(utcnow())},
         )
-        item = self._meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}, ConsistentRead=True)["Item"]
+        item = self.meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}, ConsistentRead=True)["Item"]
         return int(item["shard"])  # type: ignore[arg-type]
 
     def create_api_key(self, user_id: str, *, role: str = "user", label: str = "") -> str:
@@ -83,7 +83,7 @@ class Directory:
             raise ValueError(f"role must be 'user' or 'admin', not {role!r}")
         self.ensure_user(user_id)
         key = new_api_key()
-        self._meta.put_item(
+        self.meta.put_item(
             Item={
                 PK: api_key_pk(hash_api_key(key)),
                 SK: API_KEY_SK,
@@ -98,7 +98,7 @@ class Directory:
 
     def active_shards(self) -> list[int]:
         """Shard indexes marked active in the registry; every configured shard when none is listed."""
-        items: list[dict[str, Any]] = self._meta.query(
+        items: list[dict[str, Any]] = self.meta.query(
             KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": SHARD_PK}
         )["Items"]
         if not items:

@@ -1,0 +1,713 @@
+"""`aijobs`: run the local stack and operate a local or deployed stage.
+
+Every command takes `--info-file FILE` (the file `aijobs dev` writes) for the local stack. Job
+commands take `--api-url/--api-key` for a deployed stage; operator commands take `--stack NAME`
+(with `--profile/--region`) and read the stack's outputs. `--json` prints machine-readable output;
+bad input exits non-zero with a message.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+
+from aijobs.dead_letters import list_dead_letters
+from aijobs.errors import AijobsError
+from aijobs.stage_config import ConfigError
+from aijobs_cli.target import Target, TargetError
+
+app = typer.Typer(help="aijobs: asynchronous AI jobs on AWS, locally or deployed.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead-letter queue: what failed for good.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
+credits_app = typer.Typer(help="Credits.", no_args_is_help=True)
+cron_app = typer.Typer(help="Scheduled jobs.", no_args_is_help=True)
+config_app = typer.Typer(help="Dynamic configuration in the meta table.", no_args_is_help=True)
+for sub, name in (
+    (dlq_app, "dlq"),
+    (keys_app, "keys"),
+    (credits_app, "credits"),
+    (cron_app, "cron"),
+    (config_app, "config"),
+):
+    app.add_typer(sub, name=name)
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+
+@app.callback()
+def _quiet_library(ctx: typer.Context) -> None:
+    """Keep stdout for the command's own output (`--json` must parse): the library's JSON logs go
+    to stderr at WARNING and its metrics stay off, except in `dev`, whose logs are the point."""
+    if ctx.invoked_subcommand == "dev":
+        return
+    import os
+    import sys
+
+    from aijobs.observability import logger
+
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    logger.setLevel("WARNING")
+    logger.registered_handler.setStream(sys.stderr)  # type: ignore[attr-defined]
+
+
+InfoFile = Annotated[Path | None, typer.Option("--info-file", help="connection file written by `aijobs dev`")]
+ApiUrl = Annotated[str | None, typer.Option("--api-url", envvar="AIJOBS_API_URL", help="deployed API URL")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="AIJOBS_API_KEY", help="API key")]
+Stack = Annotated[str | None, typer.Option("--stack", help="deployed stack name, e.g. aijobs-prod")]
+Profile = Annotated[str | None, typer.Option("--profile", help="AWS profile for --stack")]
+Region = Annotated[str | None, typer.Option("--region", help="AWS region for --stack")]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+DEFAULT_INFO = Path(".aijobs/local.json")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def _target(
+    info_file: Path | None,
+    api_url: str | None = None,
+    api_key: str | None = None,
+    stack: str | None = None,
+    profile: str | None = None,
+    region: str | None = None,
+) -> Target:
+    try:
+        if stack:
+            target = Target.from_stack(stack, region=region, profile=profile)
+            target.api_key = api_key
+            return target
+        if api_url:
+            return Target(stage="remote", api_url=api_url, api_key=api_key)
+        return Target.from_info_file(info_file or DEFAULT_INFO)
+    except TargetError as error:
+        raise _fail(str(error)) from None
+
+
+def _emit(data: Any, as_json: bool, render: Any = None) -> None:
+    if as_json or render is None:
+        out.print_json(json.dumps(data, default=str))
+    else:
+        render(data)
+
+
+def _api(
+    target: Target, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> Any:
+    try:
+        response = target.request(method, path, body, headers)
+    except TargetError as error:
+        raise _fail(str(error)) from None
+    if response.status >= 400:
+        body_ = response.body or {}
+        raise _fail(f"{response.status} {body_.get('code', '')}: {body_.get('message', body_)}", 2)
+    return response.body
+
+
+# --- the local stack -------------------------------------------------------------------------------
+
+
+@app.command()
+def dev(
+    port: Annotated[int, typer.Option(help="port of the local HTTP API (0: any free port)")] = 8080,
+    info_file: Annotated[
+        Path, typer.Option("--info-file", help="where to write connection details")
+    ] = DEFAULT_INFO,
+    stage: Annotated[str, typer.Option(help="stage configuration to run (.env.<stage>)")] = "local",
+) -> None:
+    """Start the whole system locally (moto, HTTP API, pollers, DLQ consumer, schedules). Ctrl-C stops it."""
+    from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.local_stack import LocalStack
+
+    try:
+        config = load_stage_config(stage)
+    except ConfigError as error:
+        raise _fail(f"invalid stage configuration: {error}") from None
+    info_file.parent.mkdir(parents=True, exist_ok=True)
+    stack = LocalStack(
+        config, port=port, info_file=info_file, log=lambda line: err.print(f"[yellow]{line}[/yellow]")
+    )
+    try:
+        stack.start()
+    except OSError as error:
+        raise _fail(f"could not start: {error} (is port {port} free? try --port 0)") from None
+    key = stack.api_key
+    examples = "\n".join(
+        [
+            f'curl -s -X POST {stack.api_url}/jobs -H "Authorization: Bearer {key}" \\',
+            '  -H "Content-Type: application/json" \\',
+            """  -d '{"kind":"summary","input":"#fail:503x2 A long text. To summarise."}'""",
+            f'curl -s {stack.api_url}/jobs/<jobId> -H "Authorization: Bearer {key}"',
+            f'curl -s {stack.api_url}/credits -H "Authorization: Bearer {key}"',
+            f"aijobs demo --info-file {info_file}",
+        ]
+    )
+    out.rule("aijobs local stack")
+    out.print(
+        f"[bold]API[/bold]        {stack.api_url}   (OpenAPI: {stack.api_url}/openapi.json)\n"
+        f"[bold]API key[/bold]    {key}   (user '{stack.info()['demo_user']}', with credits)\n"
+        f"[bold]AWS (moto)[/bold] {stack.endpoint_url}\n"
+        f"[bold]stage[/bold]      {config.stage}: queues {', '.join(config.queue_names)}\n"
+        f"[bold]info file[/bold]  {info_file}\n\n{examples}\n\nCtrl-C stops it."
+    )
+    out.rule()
+    stopping = {"now": False}
+
+    def _stop(*_args: Any) -> None:
+        stopping["now"] = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stopping["now"]:
+            time.sleep(0.2)
+    finally:
+        out.print("stopping…")
+        stack.stop()
+        info_file.unlink(missing_ok=True)
+        out.print("stopped.")
+
+
+# --- jobs (HTTP API) -------------------------------------------------------------------------------
+
+
+def _parse_options(options: list[str]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise _fail(f"--option {option!r} must be KEY=VALUE")
+        try:
+            parsed[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parsed[key] = value
+    return parsed
+
+
+@app.command()
+def submit(
+    kind: str,
+    text: Annotated[str, typer.Argument(help="the input text or prompt")],
+    option: Annotated[list[str], typer.Option("--option", "-o", help="KEY=VALUE job option")] = [],  # noqa: B006
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
+    wait: Annotated[bool, typer.Option(help="wait until the job is finished")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds to wait with --wait")] = 120.0,
+    info_file: InfoFile = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit a job."""
+    target = _target(info_file, api_url, api_key)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    body = _api(
+        target, "POST", "/jobs", {"kind": kind, "input": text, "options": _parse_options(option)}, headers
+    )
+    if wait:
+        body = _wait(target, body["jobId"], timeout)
+    _emit(body, as_json, lambda b: out.print(f"{b['jobId']}  {b['status']}"))
+
+
+def _wait(target: Target, job_id: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = _api(target, "GET", f"/jobs/{job_id}")
+        if job["status"] in ("succeeded", "failed_final") or time.monotonic() > deadline:
+            return job
+        time.sleep(0.5)
+
+
+@app.command()
+def status(
+    job_id: str,
+    info_file: InfoFile = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show one of your jobs."""
+    job = _api(_target(info_file, api_url, api_key), "GET", f"/jobs/{job_id}")
+    _emit(job, as_json, lambda j: out.print_json(json.dumps(j)))
+
+
+@app.command("list")
+def list_jobs(
+    status: Annotated[
+        str | None, typer.Option(help="queued, running, succeeded, failed_retryable, failed_final")
+    ] = None,
+    kind: Annotated[str | None, typer.Option()] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    info_file: InfoFile = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """List your jobs, newest first."""
+    query = "&".join(f"{k}={v}" for k, v in (("status", status), ("kind", kind), ("limit", limit)) if v)
+    page = _api(_target(info_file, api_url, api_key), "GET", f"/jobs?{query}")
+
+    def render(data: Any) -> None:
+        table = Table("jobId", "kind", "status", "attempts", "error", "created")
+        for job in data["jobs"]:
+            table.add_row(
+                job["jobId"],
+                job["kind"],
+                job["status"],
+                str(job["attempts"]),
+                job.get("lastErrorClass") or "",
+                job["createdAt"],
+            )
+        out.print(table)
+
+    _emit(page, as_json, render)
+
+
+# --- operator commands ----------------------------------------------------------------------------
+
+
+@dlq_app.command("list")
+def dlq_list(
+    kind: Annotated[str | None, typer.Option(help="one kind (default: every kind)")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Dead letters, newest first."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    kinds = [kind] if kind else list(target.queue_urls)
+    if kind and kind not in target.queue_urls:
+        raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
+    meta = target.directory().meta
+    entries = [e.model_dump() for k in kinds for e in list_dead_letters(meta, k, limit=limit)]
+    entries.sort(key=lambda e: e["dead_lettered_at"], reverse=True)
+
+    def render(data: Any) -> None:
+        table = Table("when", "kind", "jobId", "userId", "attempts", "error class", "message")
+        for e in data:
+            message = (e.get("last_error_message") or "")[:60]
+            table.add_row(
+                e["dead_lettered_at"],
+                e["kind"],
+                e["job_id"],
+                e.get("user_id") or "",
+                str(e["attempts"]),
+                e.get("last_error_class") or "",
+                message,
+            )
+        out.print(table)
+
+    _emit(entries[:limit], as_json, render)
+
+
+def _operate(action: Any, as_json: bool) -> None:
+    try:
+        result = action()
+    except AijobsError as error:
+        raise _fail(str(error)) from None
+    _emit(result, as_json, lambda r: out.print(r))
+
+
+@app.command()
+def rerun(
+    job_id: str,
+    user: Annotated[str, typer.Option(help="the job's user id")],
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Re-run one job: fresh attempt budget, status queued, reference re-sent."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+
+    def action() -> Any:
+        job = target.operator().rerun(user, job_id)
+        return {"jobId": job.job_id, "status": job.status.value, "reruns": job.reruns}
+
+    _operate(action, as_json)
+
+
+@app.command()
+def redrive(
+    kind: Annotated[str, typer.Option(help="job kind")],
+    error_class: Annotated[str | None, typer.Option(help="only jobs that failed with this class")] = None,
+    since: Annotated[datetime | None, typer.Option(help="failed at or after (UTC)")] = None,
+    until: Annotated[datetime | None, typer.Option(help="failed before (UTC)")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run/--execute", help="count only (default) or re-run")
+    ] = True,
+    rate: Annotated[float, typer.Option(min=0.1, help="re-runs per second")] = 5.0,
+    limit: Annotated[int | None, typer.Option(min=1)] = None,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Re-run failed_final jobs of a kind after a fix (dry run first)."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    if kind not in target.queue_urls:
+        raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
+
+    def action() -> Any:
+        report = target.operator().rerun_batch(
+            kind,
+            error_class=error_class,
+            since=_utc(since),
+            until=_utc(until),
+            dry_run=dry_run,
+            rate_per_second=rate,
+            limit=limit,
+        )
+        return {
+            "matched": report.matched,
+            "rerun": report.rerun,
+            "skipped": report.skipped,
+            "dryRun": report.dry_run,
+        }
+
+    _operate(action, as_json)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+@app.command("fail-final")
+def fail_final(
+    job_id: str,
+    user: Annotated[str, typer.Option(help="the job's user id")],
+    reason: Annotated[str, typer.Option(help="why (kept on the job)")] = "marked failed by an operator",
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Mark a job failed_final (refunds its credits); it never runs again unless re-run."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+
+    def action() -> Any:
+        job = target.operator().fail_final(user, job_id, reason)
+        return {"jobId": job.job_id, "status": job.status.value, "chargeState": job.charge_state}
+
+    _operate(action, as_json)
+
+
+@app.command()
+def resume(
+    kind: str,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Resume a kind's consumer after it paused on a provider 401/403 (fix the secret first)."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    if kind not in target.queue_urls:
+        raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
+    if target.is_local:
+        assert target.admin_url
+        local = Target(stage=target.stage, api_url=target.admin_url)
+        result = _api(local, "POST", f"/consumers/{kind}/resume")
+    else:
+        from aijobs import aws
+        from aijobs.consumer.control import ConsumerControl
+
+        function = target.consumer_functions.get(kind)
+        if not function:
+            raise _fail(f"stack outputs name no consumer function for {kind!r}")
+        url = target.queue_urls[kind]
+        region_, account, name = url.split(".")[1], url.split("/")[-2], url.split("/")[-1]
+        mappings = ConsumerControl(aws.lambda_()).set_enabled(
+            function, f"arn:aws:sqs:{region_}:{account}:{name}", enabled=True
+        )
+        result = {"kind": kind, "enabled": True, "mappings": mappings}
+    _emit(result, as_json, lambda r: out.print(f"{kind}: consumer resumed ({len(r['mappings'])} mapping(s))"))
+
+
+@keys_app.command("create")
+def keys_create(
+    user: str,
+    admin: Annotated[bool, typer.Option(help="give the key the admin role")] = False,
+    label: Annotated[str, typer.Option()] = "",
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create an API key for a user (creating the user). The key is shown once."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    key = target.directory().create_api_key(user, role="admin" if admin else "user", label=label)
+    _emit({"userId": user, "apiKey": key}, as_json, lambda r: out.print(f"{r['apiKey']}  (user {user})"))
+
+
+@credits_app.command("grant")
+def credits_grant(
+    user: str,
+    amount: Annotated[int, typer.Argument(min=1)],
+    days: Annotated[int, typer.Option(min=1, help="days until the credits expire")] = 30,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Grant a user credits that expire after --days."""
+    from aijobs.store.jobs import JobStore
+
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    directory = target.directory()
+    directory.ensure_user(user)
+    table = directory.shard_for(user)
+    assert table is not None
+    ledger = JobStore(table).ledger
+    grant_id = ledger.grant(user, amount, datetime.now(UTC) + timedelta(days=days))
+    result = {"userId": user, "grantId": grant_id, "balance": ledger.account(user).balance}
+    _emit(result, as_json, lambda r: out.print(f"granted {amount} to {user}; balance {r['balance']}"))
+
+
+@credits_app.command("show")
+def credits_show(
+    info_file: InfoFile = None, api_url: ApiUrl = None, api_key: ApiKey = None, as_json: AsJson = False
+) -> None:
+    """Your balance, grants and recent transactions."""
+    body = _api(_target(info_file, api_url, api_key), "GET", "/credits")
+    _emit(body, as_json, lambda b: out.print_json(json.dumps(b)))
+
+
+@cron_app.command("run")
+def cron_run(
+    expression: Annotated[str, typer.Argument(help="the exact CRONS entry, e.g. '*/10 * * * *'")],
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run a scheduled job now, through the same dispatcher the schedules invoke."""
+    from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME, dispatch
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    if expression not in SCHEDULED_HANDLERS:
+        raise _fail(f"no scheduled job is registered for {expression!r}; known: {sorted(SCHEDULED_HANDLERS)}")
+    payload = {
+        PAYLOAD_CRON: expression,
+        PAYLOAD_SCHEDULED_TIME: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if target.is_local:
+        from aijobs_cdk.stage import load_stage_config
+
+        try:
+            result = dispatch(
+                payload, target.cron_context(load_stage_config(target.stage)), SCHEDULED_HANDLERS
+            )
+        except Exception as error:
+            raise _fail(f"the run failed: {type(error).__name__}: {error}") from None
+    else:
+        from aijobs import aws
+
+        if not target.cron_function:
+            raise _fail("stack outputs name no cron dispatcher function")
+        response = aws.lambda_().invoke(
+            FunctionName=target.cron_function, Payload=json.dumps(payload).encode()
+        )
+        result = json.loads(response["Payload"].read() or b"null")
+        if response.get("FunctionError"):
+            raise _fail(f"the run failed: {result}")
+    _emit(result, as_json, lambda r: out.print_json(json.dumps(r, default=str)))
+
+
+@config_app.command("retention")
+def config_retention(
+    tx_days: Annotated[
+        int, typer.Option("--credit-tx-days", min=1, help="keep credit transactions this long")
+    ],
+    task_days: Annotated[int, typer.Option("--ai-task-days", min=1, help="keep finished AI tasks this long")],
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+) -> None:
+    """Set the retention the */10 job reads from the meta table (it fails loudly without it)."""
+    from aijobs import aws
+    from aijobs.scheduled.maintenance import write_retention
+
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    assert target.meta_table
+    write_retention(
+        aws.dynamodb().Table(target.meta_table),
+        credit_tx_retention_days=tx_days,
+        ai_task_retention_days=task_days,
+    )
+    out.print(f"retention: credit transactions {tx_days} days, AI tasks {task_days} days")
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+@app.command()
+def cost(
+    jobs: Annotated[int, typer.Option(min=1, help="jobs per month")] = 20_000,
+    retry_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of jobs retried once")] = 0.05,
+    dlq_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of jobs dead-lettered")] = 0.01,
+    batch_size: Annotated[int, typer.Option(min=1, max=10_000)] = 5,
+    message_kb: Annotated[float, typer.Option(min=0.001)] = 1.0,
+    prices: Annotated[Path | None, typer.Option(help="a JSON price table (see --dump-prices)")] = None,
+    dump_prices: Annotated[bool, typer.Option(help="print the default price table as JSON")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Estimate the monthly AWS cost of a workload, next to Cloudflare Queues' operation count."""
+    from pydantic import ValidationError
+
+    from aijobs_cli.cost import DEFAULT_PRICES, PriceTable, Workload, estimate, render_text, to_dict
+
+    if dump_prices:
+        out.print(DEFAULT_PRICES.to_json())
+        return
+    try:
+        table = PriceTable.from_json(prices) if prices else DEFAULT_PRICES
+        workload = Workload(
+            jobs_per_month=jobs,
+            retry_rate=retry_rate,
+            dlq_rate=dlq_rate,
+            batch_size=batch_size,
+            message_kb=message_kb,
+        )
+    except (ValidationError, OSError, ValueError) as error:
+        raise _fail(str(error)) from None
+    result = estimate(workload, table)
+    if as_json:
+        out.print_json(json.dumps(to_dict(result), default=str))
+    else:
+        out.print(render_text(result), markup=False, highlight=False)
+
+
+# --- demo ----------------------------------------------------------------------------------------
+
+DEMO_MIX: list[tuple[str, str, str]] = [
+    (
+        "summary",
+        "Queues decouple accepting work from doing it. The producer answers at once. "
+        "A consumer does the slow part. Retries are classified.",
+        "clean",
+    ),
+    ("summary", "#fail:503x2 A flapping upstream model. It answers on the third try.", "transient x2"),
+    ("summary", "#fail:429x1 A throttled model that asks us to wait.", "throttled x1"),
+    ("summary", "#fail:400 Input the model rejects for good.", "permanent"),
+    ("embedding", "vectors for a search index", "clean"),
+    ("image-generate", "a red lighthouse at dusk", "clean"),
+    ("tts-generate", "welcome to the local stack", "clean"),
+    ("video-generate", "#running:3 waves on a beach", "long running"),
+    ("summary", "#sleep:2 A slow model. It takes two seconds.", "slow"),
+    ("summary", "#outage A provider outage outlasting every retry.", "dead-lettered"),
+]
+
+
+@app.command()
+def demo(
+    rounds: Annotated[int, typer.Option(min=1, max=50, help="times to submit the mix of jobs")] = 1,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for every job to finish")] = 180.0,
+    info_file: InfoFile = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit a realistic mix of jobs and watch them to the end (needs a running stack)."""
+    target = _target(info_file, api_url, api_key)
+    submitted: list[tuple[str, str, str]] = []
+    for _ in range(rounds):
+        for kind, text, label in DEMO_MIX:
+            if kind not in target.queue_urls and target.queue_urls:
+                continue
+            body = _api(target, "POST", "/jobs", {"kind": kind, "input": text})
+            submitted.append((body["jobId"], kind, label))
+    final: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        console=err,
+        disable=as_json,
+    ) as progress:
+        task = progress.add_task("jobs finished", total=len(submitted))
+        while len(final) < len(submitted) and time.monotonic() < deadline:
+            for job_id, _kind, _label in submitted:
+                if job_id in final:
+                    continue
+                job = _api(target, "GET", f"/jobs/{job_id}")
+                if job["status"] in ("succeeded", "failed_final"):
+                    final[job_id] = job
+                    progress.advance(task)
+            time.sleep(0.5)
+    rows = []
+    for job_id, kind, label in submitted:
+        job = final.get(job_id)
+        outcome = "unfinished" if job is None else ("dead-lettered" if job["deadLettered"] else job["status"])
+        latency = None
+        if job is not None and job.get("finishedAt"):
+            latency = (
+                datetime.fromisoformat(job["finishedAt"]) - datetime.fromisoformat(job["createdAt"])
+            ).total_seconds()
+        rows.append(
+            {
+                "jobId": job_id,
+                "kind": kind,
+                "case": label,
+                "outcome": outcome,
+                "attempts": job["attempts"] if job else None,
+                "latencySeconds": latency,
+            }
+        )
+    latencies = sorted(r["latencySeconds"] for r in rows if r["latencySeconds"] is not None)
+    summary = {
+        "jobs": len(rows),
+        "outcomes": {
+            o: sum(1 for r in rows if r["outcome"] == o) for o in sorted({r["outcome"] for r in rows})
+        },
+        "p50Seconds": round(statistics.median(latencies), 2) if latencies else None,
+        "p95Seconds": round(latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 2)
+        if latencies
+        else None,
+        "jobsDetail": rows,
+    }
+
+    def render(data: Any) -> None:
+        table = Table("case", "kind", "outcome", "attempts", "latency s")
+        for r in data["jobsDetail"]:
+            table.add_row(
+                r["case"],
+                r["kind"],
+                r["outcome"],
+                str(r["attempts"]),
+                f"{r['latencySeconds']:.1f}" if r["latencySeconds"] is not None else "-",
+            )
+        out.print(table)
+        out.print(f"outcomes: {data['outcomes']}   p50 {data['p50Seconds']} s   p95 {data['p95Seconds']} s")
+
+    _emit(summary, as_json, render)
+    if any(r["outcome"] == "unfinished" for r in rows):
+        raise typer.Exit(3)
+
+
+if __name__ == "__main__":
+    app()

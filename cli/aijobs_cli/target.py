@@ -1,0 +1,192 @@
+"""Where a CLI command acts: the local stack (`--info-file`) or a deployed stage (API URL and key
+for the job commands; an AWS profile and the stack's outputs for the operator commands)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from aijobs import aws
+from aijobs.alerts import Alerts
+from aijobs.domain import utcnow
+from aijobs.operator import Operator
+from aijobs.queues import JobQueues
+from aijobs.scheduled.context import CronContext
+from aijobs.stage_config import StageConfig, binding_name, queue_name_from_resource
+from aijobs.store.tenants import Directory
+from aijobs_cli.local_stack import local_environment
+
+
+class TargetError(Exception):
+    """The command cannot find or reach what it should act on; the message says what to pass."""
+
+
+@dataclass
+class ApiResponse:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Target:
+    stage: str
+    api_url: str | None = None
+    api_key: str | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+    meta_table: str | None = None
+    shard_tables: list[str] = field(default_factory=list)
+    bucket: str | None = None
+    alert_topic_arn: str | None = None
+    queue_urls: dict[str, str] = field(default_factory=dict)
+    dlq_urls: dict[str, str] = field(default_factory=dict)
+    admin_url: str | None = None
+    consumer_functions: dict[str, str] = field(default_factory=dict)
+    cron_function: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.endpoint_url is not None
+
+    # --- sources -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_info_file(cls, path: Path) -> Target:
+        try:
+            info = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise TargetError(
+                f"no info file {path}: start the local stack with `aijobs dev --info-file {path}`"
+            ) from None
+        except json.JSONDecodeError as error:
+            raise TargetError(f"{path} is not an aijobs info file: {error}") from None
+        target = cls(
+            stage=info["stage"],
+            api_url=info["api_url"],
+            api_key=info["api_key"],
+            endpoint_url=info["aws_endpoint_url"],
+            region=info.get("region"),
+            meta_table=info["meta_table"],
+            shard_tables=list(info["shard_tables"]),
+            bucket=info.get("bucket"),
+            alert_topic_arn=info.get("alert_topic_arn"),
+            queue_urls=dict(info["queue_urls"]),
+            dlq_urls=dict(info["dlq_urls"]),
+            admin_url=info.get("admin_url"),
+        )
+        os.environ.update(local_environment(info["aws_endpoint_url"]))
+        aws.reset_clients()
+        return target
+
+    @classmethod
+    def from_stack(cls, stack_name: str, *, region: str | None, profile: str | None) -> Target:
+        """A deployed stage, from its CloudFormation outputs (needs AWS credentials)."""
+        if profile:
+            os.environ["AWS_PROFILE"] = profile
+        if region:
+            os.environ["AWS_DEFAULT_REGION"] = region
+        import boto3
+
+        try:
+            stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+        except Exception as error:
+            raise TargetError(f"cannot read stack {stack_name!r}: {error}") from None
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        stage = stack_name.removeprefix("aijobs-")
+        target = cls(
+            stage=stage,
+            api_url=outputs.get("ApiUrl", "").rstrip("/") or None,
+            region=region,
+            meta_table=outputs.get("MetaTableName"),
+            shard_tables=[t for t in outputs.get("ShardTableNames", "").split(",") if t],
+            bucket=outputs.get("BucketName"),
+            alert_topic_arn=outputs.get("AlertTopicArn"),
+            cron_function=outputs.get("CronDispatcherFunction"),
+        )
+        for key, value in outputs.items():
+            for prefix, into in (("QueueUrl", target.queue_urls), ("DlqUrl", target.dlq_urls)):
+                if key.startswith(prefix):
+                    kind = queue_name_from_resource(stage, value.rsplit("/", 1)[-1])
+                    if kind:
+                        into[kind] = value
+        for kind in target.queue_urls:
+            function = outputs.get("ConsumerFunction" + _binding(kind))
+            if function:
+                target.consumer_functions[kind] = function
+        return target
+
+    # --- HTTP API ----------------------------------------------------------------------------
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> ApiResponse:
+        if not self.api_url:
+            raise TargetError("no API URL: pass --info-file FILE, or --api-url URL with --api-key KEY")
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.api_url.rstrip("/") + path, data=data, method=method)  # noqa: S310
+        request.add_header("Content-Type", "application/json")
+        if self.api_key:
+            request.add_header("Authorization", f"Bearer {self.api_key}")
+        for key, value in (headers or {}).items():
+            request.add_header(key, value)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - http(s) URL from config
+                return ApiResponse(response.status, _json(response.read()), dict(response.headers.items()))
+        except urllib.error.HTTPError as error:
+            return ApiResponse(error.code, _json(error.read()), dict(error.headers.items()))
+        except urllib.error.URLError as error:
+            raise TargetError(f"cannot reach {self.api_url}: {error.reason}") from None
+
+    # --- operator collaborators ----------------------------------------------------------------
+
+    def _need(self, value: Any, what: str) -> Any:
+        if not value:
+            raise TargetError(f"this target has no {what}: pass --info-file FILE or --stack NAME")
+        return value
+
+    def directory(self) -> Directory:
+        resource = aws.dynamodb()
+        return Directory(
+            resource.Table(self._need(self.meta_table, "meta table")),
+            tuple(resource.Table(name) for name in self._need(self.shard_tables, "shard tables")),
+        )
+
+    def queues(self) -> JobQueues:
+        return JobQueues(aws.sqs(), self._need(self.queue_urls, "queue URLs"), self.dlq_urls)
+
+    def operator(self) -> Operator:
+        return Operator(directory=self.directory(), queues=self.queues(), clock=utcnow)
+
+    def cron_context(self, config: StageConfig) -> CronContext:
+        return CronContext(
+            stage=self.stage,
+            directory=self.directory(),
+            meta=aws.dynamodb().Table(self._need(self.meta_table, "meta table")),
+            queues=self.queues(),
+            alerts=Alerts(aws.sns(), self._need(self.alert_topic_arn, "alert topic")),
+            kinds=tuple(self.queue_urls),
+            max_attempts=config.max_retries + 1,
+            lease=timedelta(seconds=config.lease_seconds),
+            recheck=timedelta(seconds=config.provider_recheck_seconds),
+            stuck_after=timedelta(seconds=config.stuck_queued_seconds),
+            clock=utcnow,
+        )
+
+
+def _binding(kind: str) -> str:
+    """The output-id form of a queue's binding (CloudFormation ids drop the underscores)."""
+    return binding_name(kind).replace("_", "")
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except json.JSONDecodeError:
+        return {"raw": raw.decode(errors="replace")}
