@@ -56,9 +56,18 @@ def _quiet_library(ctx: typer.Context) -> None:
 
     from aijobs.observability import logger
 
+    class _Stderr:
+        """Whatever sys.stderr is at the time of writing (test runners swap it)."""
+
+        def write(self, text: str) -> int:
+            return sys.stderr.write(text)
+
+        def flush(self) -> None:
+            sys.stderr.flush()
+
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     logger.setLevel("WARNING")
-    logger.registered_handler.setStream(sys.stderr)  # type: ignore[attr-defined]
+    logger.registered_handler.setStream(_Stderr())  # type: ignore[attr-defined]
 
 
 InfoFile = Annotated[Path | None, typer.Option("--info-file", help="connection file written by `aijobs dev`")]
@@ -678,16 +687,16 @@ def demo(
                 "latencySeconds": latency,
             }
         )
-    latencies = sorted(r["latencySeconds"] for r in rows if r["latencySeconds"] is not None)
+    latencies: list[float] = sorted(
+        float(r["latencySeconds"]) for r in rows if r["latencySeconds"] is not None
+    )
     summary = {
         "jobs": len(rows),
         "outcomes": {
             o: sum(1 for r in rows if r["outcome"] == o) for o in sorted({r["outcome"] for r in rows})
         },
         "p50Seconds": round(statistics.median(latencies), 2) if latencies else None,
-        "p95Seconds": round(latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 2)
-        if latencies
-        else None,
+        "p95Seconds": round(_percentile(latencies, 0.95), 2) if latencies else None,
         "jobsDetail": rows,
     }
 
@@ -707,6 +716,10 @@ def demo(
     _emit(summary, as_json, render)
     if any(r["outcome"] == "unfinished" for r in rows):
         raise typer.Exit(3)
+
+
+def _percentile(ordered: list[float], share: float) -> float:
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 if __name__ == "__main__":

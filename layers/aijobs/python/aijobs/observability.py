@@ -48,7 +48,11 @@ def emit(
     error_class: str | None = None,
     **dimensions: str,
 ) -> None:
-    """One EMF metric with dimensions service + kind (+ error class, + any others given)."""
+    """One EMF metric with dimensions service + kind (+ error class, + any others given).
+
+    Honours POWERTOOLS_METRICS_DISABLED (the CLI keeps stdout for its own output)."""
+    if os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
+        return
     dimensions = {"service": os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"), **dimensions}
     if kind is not None:
         dimensions[KIND_DIMENSION] = kind

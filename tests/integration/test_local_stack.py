@@ -1,0 +1,175 @@
+"""The local stack, started in-process (threaded moto server), driven over HTTP and by the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from aijobs import runtime
+from aijobs.observability import logger
+from aijobs.store.jobs import JobStore
+from aijobs_cdk.stage import load_stage_config
+from aijobs_cli.local_stack import DEMO_USER, LocalStack
+from aijobs_cli.main import app
+from aijobs_cli.target import Target
+
+pytestmark = pytest.mark.integration
+
+TEXT = "Queues decouple accepting work from doing it. The consumer does the slow part."
+FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDER_RECHECK_SECONDS": "0"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    info = tmp_path_factory.mktemp("local") / "local.json"
+    local = LocalStack(load_stage_config("local", FAST), port=0, info_file=info, log=lambda _line: None)
+    handler: Any = logger.registered_handler
+    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
+    try:
+        with local:
+            yield local
+    finally:
+        # The stack and the CLI set process-wide state (endpoint, credentials, logging): undo it.
+        os.environ.clear()
+        os.environ.update(saved_env)
+        logger.setLevel(saved_level)
+        handler.setStream(saved_stream)
+        runtime.reset_runtime()
+
+
+@pytest.fixture(scope="module")
+def client(stack: LocalStack) -> Target:
+    assert stack.info_file is not None
+    return Target.from_info_file(stack.info_file)
+
+
+def _wait(client: Target, job_id: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.request("GET", f"/jobs/{job_id}").body
+        if job["status"] in ("succeeded", "failed_final"):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish: {job}")
+
+
+def _submit(client: Target, kind: str, text: str) -> str:
+    response = client.request("POST", "/jobs", {"kind": kind, "input": text})
+    assert response.status == 202, response.body
+    return str(response.body["jobId"])
+
+
+def test_info_file_has_the_connection_details(stack: LocalStack) -> None:
+    assert stack.info_file is not None
+    info = json.loads(stack.info_file.read_text())
+    assert {"api_url", "api_key", "aws_endpoint_url", "stage"} <= set(info)
+    assert info["stage"] == "local"
+    assert info["api_url"].startswith("http://127.0.0.1:")
+
+
+def test_submit_then_succeeded(client: Target) -> None:
+    job = _wait(client, _submit(client, "summary", TEXT))
+    assert (job["status"], job["attempts"]) == ("succeeded", 1)
+    assert job["result"]["summary"]
+
+
+def test_transient_failures_retry_to_success_with_three_attempts(client: Target) -> None:
+    job = _wait(client, _submit(client, "summary", "#fail:503x2 " + TEXT))
+    assert (job["status"], job["attempts"], job["lastErrorClass"]) == ("succeeded", 3, "transient")
+
+
+def test_a_permanent_failure_is_final(client: Target) -> None:
+    job = _wait(client, _submit(client, "summary", "#fail:400 " + TEXT))
+    assert (job["status"], job["attempts"], job["lastErrorClass"]) == ("failed_final", 1, "invalid_input")
+
+
+def test_a_long_running_provider_succeeds_without_extra_attempts(client: Target) -> None:
+    job = _wait(client, _submit(client, "summary", "#running:3 " + TEXT))
+    assert (job["status"], job["attempts"]) == ("succeeded", 1)
+
+
+def test_exhausted_retries_dead_letter_alert_and_rerun_succeeds(stack: LocalStack, client: Target) -> None:
+    sqs = boto3.client("sqs")
+    inbox = sqs.create_queue(QueueName="local-alert-inbox")["QueueUrl"]
+    inbox_arn = sqs.get_queue_attributes(QueueUrl=inbox, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    assert client.alert_topic_arn is not None
+    boto3.client("sns").subscribe(TopicArn=client.alert_topic_arn, Protocol="sqs", Endpoint=inbox_arn)
+    job_id = _submit(client, "summary", "#outage " + TEXT)
+    job = _wait(client, job_id)
+    deadline = time.monotonic() + 20
+    while not job["deadLettered"] and time.monotonic() < deadline:
+        time.sleep(0.3)
+        job = client.request("GET", f"/jobs/{job_id}").body
+    assert (job["status"], job["attempts"], job["deadLettered"]) == ("failed_final", 4, True)
+    received = sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=2)
+    alerts = [json.loads(json.loads(m["Body"])["Message"]) for m in received.get("Messages", [])]
+    assert any(alert.get("job_id") == job_id for alert in alerts)
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["dlq", "list", "--info-file", str(stack.info_file), "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert job_id in [entry["job_id"] for entry in json.loads(listed.stdout)]
+    rerun = runner.invoke(app, ["rerun", job_id, "--user", DEMO_USER, "--info-file", str(stack.info_file)])
+    assert rerun.exit_code == 0, rerun.output
+    job = _wait(client, job_id)
+    assert (job["status"], job["attempts"], job["deadLettered"]) == ("succeeded", 1, False)
+
+
+def test_a_fired_cron_run_expires_due_credits(stack: LocalStack, client: Target) -> None:
+    directory = client.directory()
+    table = directory.shard_for(DEMO_USER)
+    assert table is not None
+    ledger = JobStore(table).ledger
+    before = ledger.account(DEMO_USER).balance
+    ledger.grant(DEMO_USER, 7, datetime.now(UTC) + timedelta(seconds=1))
+    time.sleep(1.5)
+    result = CliRunner().invoke(
+        app, ["cron", "run", "*/10 * * * *", "--info-file", str(stack.info_file), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["result"]["shards"]["0"]["creditsExpired"] >= 1
+    assert ledger.account(DEMO_USER).balance == before
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["submit", "no-such-kind", "x"], 2, "unknown_kind"),
+        (["cron", "run", "0 0 * * *"], 1, "no scheduled job is registered"),
+        (["redrive", "--kind", "nope"], 1, "unknown kind"),
+        (["rerun", "01NOSUCHJOB", "--user", DEMO_USER], 1, "no job"),
+    ],
+)
+def test_cli_bad_input_exits_non_zero_with_a_message(
+    stack: LocalStack, args: list[str], code: int, message: str
+) -> None:
+    result = CliRunner().invoke(app, [*args, "--info-file", str(stack.info_file)])
+    assert result.exit_code == code
+    assert message in result.output
+
+
+def test_cli_without_a_running_stack_says_how_to_start_it(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["list", "--info-file", str(tmp_path / "missing.json")])
+    assert result.exit_code == 1
+    assert "aijobs dev" in result.output
+
+
+def test_cost_reproduces_the_articles_cloudflare_count() -> None:
+    result = CliRunner().invoke(
+        app, ["cost", "--jobs", "20000", "--retry-rate", "0.05", "--dlq-rate", "0.01", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["cloudflare_operations"] == 61_200
+    bad = CliRunner().invoke(app, ["cost", "--retry-rate", "0.01", "--dlq-rate", "0.5"])
+    assert bad.exit_code != 0
