@@ -668,7 +668,7 @@ def demo(
                     final[job_id] = job
                     progress.advance(task)
             time.sleep(0.5)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for job_id, kind, label in submitted:
         job = final.get(job_id)
         outcome = "unfinished" if job is None else ("dead-lettered" if job["deadLettered"] else job["status"])
