@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
+import boto3
 import pytest
 
 from aijobs import runtime
@@ -115,3 +117,53 @@ def test_each_job_logs_structured_lines_with_its_id_as_correlation_id(
     assert names["JobsSucceeded"]["kind"] == "summary"
     assert names["JobDuration"]["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"] == "Milliseconds"
     assert {"service", "kind"} <= set(names["JobsSucceeded"]["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0])
+
+
+# Every sample event and the entry point that `sam local invoke` would run it with.
+EVENT_HANDLERS = {
+    "api-post-jobs.json": "api",
+    "api-get-job.json": "api",
+    "api-list-jobs.json": "api",
+    "api-post-classify.json": "api",
+    "api-get-openapi.json": "api",
+    "sqs-summary-batch.json": "queue_consumer",
+    "sqs-dlq-batch.json": "dlq_consumer",
+    "schedule-cron.json": "cron_dispatcher",
+}
+
+
+def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from aijobs.scheduled.maintenance import write_retention
+    from tests.integration.harness import EVENTS
+
+    assert {path.name for path in EVENTS.glob("*.json")} == set(EVENT_HANDLERS)
+    resources = stage.resources
+    env = {
+        **resources.api_env(),
+        **resources.cron_env(),
+        **resources.dlq_env(),
+        **resources.consumer_env("summary"),
+    }
+    _env(monkeypatch, env)
+    write_retention(boto3.resource("dynamodb").Table(resources.meta_table), credit_tx_retention_days=9,
+                    ai_task_retention_days=9)  # fmt: skip
+    key = stage.directory.create_api_key("user-demo")
+    stage.store_for("user-demo").ledger.grant("user-demo", 50, stage.clock() + timedelta(days=1))
+    runtime.api_service().clock = stage.clock
+    for name, role in EVENT_HANDLERS.items():
+        event = load_event(name)
+        if role == "api":
+            event["headers"]["authorization"] = f"Bearer {key}"
+        if role == "queue_consumer":
+            _rows_for_sample(stage, event)
+        module = importlib.import_module(f"{role}.handler")
+        response = module.handler(event, LambdaContext(f"aijobs-dev-{role}"))
+        if role == "api":
+            assert response["statusCode"] < 500, (name, response)
+            assert response["statusCode"] != 401, name
+        elif role == "cron_dispatcher":
+            assert response["status"] == "ok", name
+        else:
+            assert response == {"batchItemFailures": []}, name
