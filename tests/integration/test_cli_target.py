@@ -31,7 +31,7 @@ def test_stack_outputs_become_a_target(monkeypatch: pytest.MonkeyPatch) -> None:
         "CronDispatcherFunction": "aijobs-prod-CronDispatcher-xyz",
     }
     template = {
-        "Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Resources": {"Placeholder": {"Type": "AWS::SQS::Queue"}},
         "Outputs": {key: {"Value": value} for key, value in outputs.items()},
     }
     with mock_aws():
