@@ -342,3 +342,15 @@ def test_consumer_control_disables_and_enables_the_mapping(stage: Stage) -> None
 
 def test_auth_error_type_is_final() -> None:
     assert ProviderAuthError("x").retryable is False
+
+
+def test_a_result_without_cost_model_or_output_is_stored(stage: Stage) -> None:
+    # Found by the ledger property test: None fields must become REMOVEs, not unused names.
+    job = stage.submit("alice", "summary", TEXT)
+    store = stage.store_for("alice")
+    claimed = store.claim(job, now=stage.clock(), lease=stage.consumer("summary").lease, max_attempts=4)
+    assert claimed is not None
+    done = store.succeed(
+        claimed, now=stage.clock(), result=None, result_ref=None, model=None, usage={}, cost=None
+    )
+    assert (done.status, done.cost, done.result) == (JobStatus.SUCCEEDED, None, None)

@@ -522,10 +522,11 @@ class JobStore:
         names = {"#status": "status"}
         to_remove = list(remove)
         for index, (name, value) in enumerate(sets.items()):
-            names[f"#a{index}"] = name
-            if value is None:
+            if value is None:  # setting None means removing the attribute
                 to_remove.append(name)
-            elif isinstance(value, tuple):  # (expression, operand): an arithmetic update
+                continue
+            names[f"#a{index}"] = name
+            if isinstance(value, tuple):  # (expression, operand): an arithmetic update
                 expression, operand = value
                 assignments.append(f"#a{index} = {expression.replace(name, f'#a{index}')}")
                 expression_values[":one"] = operand
