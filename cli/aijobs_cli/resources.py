@@ -51,16 +51,12 @@ class StageResources:
             **self._common_env(),
             **self._queue_env(),
             "BUCKET_NAME": self.bucket,
-            "MAX_INLINE_INPUT_BYTES": str(self.config.max_inline_input_bytes),
-            "PROVIDER": self.config.provider,
-            "AUTH_MODE": self.config.auth_mode,
-            "KIND_PRICES": self.config.prices_setting,
+            **self.config.api_settings_env(),
         }
         ApiSettings.from_env(env)
         return env
 
     def consumer_env(self, kind: str) -> dict[str, str]:
-        config = self.config
         env = {
             **self._common_env(),
             "ALERT_TOPIC_ARN": self.topic_arn,
@@ -68,13 +64,7 @@ class StageResources:
             "QUEUE_NAME": kind,
             "QUEUE_URL": self.queue_urls[kind],
             "DLQ_URL": self.dlq_urls[kind],
-            "MAX_RETRIES": str(config.max_retries),
-            "PROVIDER": config.provider,
-            "RETRY_BASE_DELAY_SECONDS": str(config.retry_base_delay_seconds),
-            "RETRY_MAX_DELAY_SECONDS": str(config.retry_max_delay_seconds),
-            "THROTTLE_DELAY_SECONDS": str(config.throttle_delay_seconds),
-            "PROVIDER_RECHECK_SECONDS": str(config.provider_recheck_seconds),
-            "JOB_LEASE_SECONDS": str(config.lease_seconds),
+            **self.config.consumer_settings_env(),
         }
         ConsumerSettings.from_env(env)
         return env
@@ -89,10 +79,7 @@ class StageResources:
             **self._common_env(),
             **self._queue_env(),
             "ALERT_TOPIC_ARN": self.topic_arn,
-            "MAX_RETRIES": str(self.config.max_retries),
-            "JOB_LEASE_SECONDS": str(self.config.lease_seconds),
-            "PROVIDER_RECHECK_SECONDS": str(self.config.provider_recheck_seconds),
-            "STUCK_QUEUED_SECONDS": str(self.config.stuck_queued_seconds),
+            **self.config.cron_settings_env(),
         }
         CronSettings.from_env(env)
         return env

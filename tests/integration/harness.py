@@ -145,3 +145,12 @@ class Stage:
             if outcome.received == 0:
                 return
             yield outcome
+
+    def subscribe_inbox(self, name: str = "alert-inbox") -> str:
+        """An SQS queue subscribed to the stage's alert topic, to read the alerts a test expects."""
+        url: str = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        boto3.client("sns").subscribe(TopicArn=self.resources.topic_arn, Protocol="sqs", Endpoint=arn)
+        return url

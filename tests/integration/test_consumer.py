@@ -113,12 +113,7 @@ class RecordingControl:
 
 
 def test_provider_auth_failure_finalizes_the_job_pauses_the_consumer_and_alerts(stage: Stage) -> None:
-    sqs = stage.sqs
-    alerts_url = sqs.create_queue(QueueName="alert-inbox")["QueueUrl"]
-    alerts_arn = sqs.get_queue_attributes(QueueUrl=alerts_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    boto3.client("sns").subscribe(TopicArn=stage.resources.topic_arn, Protocol="sqs", Endpoint=alerts_arn)
+    alerts_url = stage.subscribe_inbox()
     consumer = stage.consumer("summary")
     control = RecordingControl()
     consumer.control = control  # type: ignore[assignment]

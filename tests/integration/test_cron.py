@@ -35,13 +35,6 @@ def _meta(stage: Stage) -> Any:
     return boto3.resource("dynamodb").Table(stage.resources.meta_table)
 
 
-def _inbox(stage: Stage) -> str:
-    url = stage.sqs.create_queue(QueueName="alert-inbox")["QueueUrl"]
-    arn = stage.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    boto3.client("sns").subscribe(TopicArn=stage.resources.topic_arn, Protocol="sqs", Endpoint=arn)
-    return str(url)
-
-
 def _user(stage: Stage, user: str = "alice") -> Any:
     stage.directory.ensure_user(user)
     return stage.store_for(user).ledger
@@ -111,7 +104,7 @@ def test_every_shipped_cron_has_a_handler() -> None:
 def test_missing_or_invalid_retention_fails_the_run_loudly(
     stage: Stage, item: dict[str, Any] | None, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    inbox = _inbox(stage)
+    inbox = stage.subscribe_inbox()
     if item is not None:
         _meta(stage).put_item(Item={"pk": "CONFIG", "sk": "retention", **item})
     ledger = _user(stage)

@@ -44,13 +44,6 @@ def _meta(stage: Stage) -> Any:
     return boto3.resource("dynamodb").Table(stage.resources.meta_table)
 
 
-def _alerts(stage: Stage) -> str:
-    url = stage.sqs.create_queue(QueueName="alert-inbox")["QueueUrl"]
-    arn = stage.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    boto3.client("sns").subscribe(TopicArn=stage.resources.topic_arn, Protocol="sqs", Endpoint=arn)
-    return str(url)
-
-
 def _operator(stage: Stage, sleeps: list[float] | None = None) -> Operator:
     return Operator(
         directory=stage.directory,
@@ -69,7 +62,7 @@ def _exhaust(stage: Stage, user: str = "alice", text: str = "#fail:503 " + TEXT)
 def test_exhausted_job_is_recorded_finalized_alerted_and_counted(
     stage: Stage, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    inbox = _alerts(stage)
+    inbox = stage.subscribe_inbox()
     job = _exhaust(stage)
     capfd.readouterr()
     outcome = _dlq_mapping(stage, "summary").poll_once()
@@ -102,7 +95,7 @@ def test_exhausted_job_is_recorded_finalized_alerted_and_counted(
 
 
 def test_a_duplicate_dead_letter_delivery_alerts_once(stage: Stage) -> None:
-    inbox = _alerts(stage)
+    inbox = stage.subscribe_inbox()
     job = _exhaust(stage)
     (message,) = stage.receive(stage.resources.dlq_urls["summary"])
     record = load_event("sqs-dlq-batch.json")["Records"][0]

@@ -77,13 +77,7 @@ class JobQueue(Construct):
                 "QUEUE_NAME": kind,
                 "QUEUE_URL": self.queue.queue_url,
                 "DLQ_URL": self.dlq.queue_url,
-                "MAX_RETRIES": str(config.max_retries),
-                "PROVIDER": config.provider,
-                "RETRY_BASE_DELAY_SECONDS": str(config.retry_base_delay_seconds),
-                "RETRY_MAX_DELAY_SECONDS": str(config.retry_max_delay_seconds),
-                "THROTTLE_DELAY_SECONDS": str(config.throttle_delay_seconds),
-                "PROVIDER_RECHECK_SECONDS": str(config.provider_recheck_seconds),
-                "JOB_LEASE_SECONDS": str(config.lease_seconds),
+                **config.consumer_settings_env(),
             },
         )
         self.consumer.add_event_source(

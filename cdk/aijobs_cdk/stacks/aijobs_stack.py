@@ -73,10 +73,7 @@ class AijobsStack(Stack):
                 **table_env,
                 **queue_env,
                 "BUCKET_NAME": storage.bucket.bucket_name,
-                "MAX_INLINE_INPUT_BYTES": str(config.max_inline_input_bytes),
-                "PROVIDER": config.provider,
-                "AUTH_MODE": config.auth_mode,
-                "KIND_PRICES": config.prices_setting,
+                **config.api_settings_env(),
             },
         )
         if authorizer is None and config.auth_mode == "jwt":
@@ -98,10 +95,7 @@ class AijobsStack(Stack):
                 **table_env,
                 **alert_env,
                 **queue_env,
-                "MAX_RETRIES": str(config.max_retries),
-                "JOB_LEASE_SECONDS": str(config.lease_seconds),
-                "PROVIDER_RECHECK_SECONDS": str(config.provider_recheck_seconds),
-                "STUCK_QUEUED_SECONDS": str(config.stuck_queued_seconds),
+                **config.cron_settings_env(),
             },
         )
         # A failed run is not retried by Lambda: the next scheduled run is the retry, and the

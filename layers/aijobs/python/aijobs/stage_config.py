@@ -181,6 +181,36 @@ class StageConfig:
         """`KIND_PRICES` as the functions read it: every configured kind with its price."""
         return ";".join(f"{kind}:{price}" for kind, price in self.prices.items())
 
+    # The tuning part of each function's environment (names and URLs are added by whoever
+    # provisions: the CDK stack or the local stack). One place, so the two cannot drift apart.
+
+    def api_settings_env(self) -> dict[str, str]:
+        return {
+            "MAX_INLINE_INPUT_BYTES": str(self.max_inline_input_bytes),
+            "PROVIDER": self.provider,
+            "AUTH_MODE": self.auth_mode,
+            "KIND_PRICES": self.prices_setting,
+        }
+
+    def consumer_settings_env(self) -> dict[str, str]:
+        return {
+            "MAX_RETRIES": str(self.max_retries),
+            "PROVIDER": self.provider,
+            "RETRY_BASE_DELAY_SECONDS": str(self.retry_base_delay_seconds),
+            "RETRY_MAX_DELAY_SECONDS": str(self.retry_max_delay_seconds),
+            "THROTTLE_DELAY_SECONDS": str(self.throttle_delay_seconds),
+            "PROVIDER_RECHECK_SECONDS": str(self.provider_recheck_seconds),
+            "JOB_LEASE_SECONDS": str(self.lease_seconds),
+        }
+
+    def cron_settings_env(self) -> dict[str, str]:
+        return {
+            "MAX_RETRIES": str(self.max_retries),
+            "JOB_LEASE_SECONDS": str(self.lease_seconds),
+            "PROVIDER_RECHECK_SECONDS": str(self.provider_recheck_seconds),
+            "STUCK_QUEUED_SECONDS": str(self.stuck_queued_seconds),
+        }
+
     @property
     def bindings(self) -> dict[str, str]:
         """Queue name -> binding name (`Q_...`)."""
