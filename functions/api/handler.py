@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools import Tracer
+
 from aijobs import runtime
 from aijobs.api.app import app, configure
 from aijobs.observability import logger
@@ -11,6 +13,11 @@ from aijobs.observability import logger
 configure(runtime.api_service)
 
 
+# X-Ray subsegments for every AWS call (the function itself runs with active tracing).
+tracer = Tracer()
+
+
+@tracer.capture_lambda_handler
 @logger.inject_lambda_context(clear_state=True, correlation_id_path="requestContext.requestId")
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return app.resolve(event, context)

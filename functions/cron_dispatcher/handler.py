@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools import Tracer
+
 from aijobs import runtime
 from aijobs.observability import logger
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 
+# X-Ray subsegments for every AWS call (the function itself runs with active tracing).
+tracer = Tracer()
 
+
+@tracer.capture_lambda_handler
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return dispatch(event, runtime.cron_context(), SCHEDULED_HANDLERS)

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools import Tracer
+
 from aijobs import runtime
 from aijobs.observability import logger
 
+# X-Ray subsegments for every AWS call (the function itself runs with active tracing).
+tracer = Tracer()
 
+
+@tracer.capture_lambda_handler
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return runtime.dead_letter_consumer().handle(event, context)

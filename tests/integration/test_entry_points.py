@@ -167,3 +167,14 @@ def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch
             assert response["status"] == "ok", name
         else:
             assert response == {"batchItemFailures": []}, name
+
+
+def test_every_entry_point_traces_its_aws_calls() -> None:
+    import importlib
+
+    from aws_lambda_powertools import Tracer
+
+    for role in sorted(set(EVENT_HANDLERS.values())):
+        module = importlib.import_module(f"{role}.handler")
+        assert isinstance(module.tracer, Tracer), role
+        assert module.handler.__name__ == "handler", role
