@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools import Tracer
 
 from aijobs import runtime
-from aijobs.api.app import app, configure
+from aijobs.api.app import configure, resolve
 from aijobs.observability import logger
 
 configure(runtime.api_service)
@@ -20,4 +20,4 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context(clear_state=True, correlation_id_path="requestContext.requestId")
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return resolve(event, context)

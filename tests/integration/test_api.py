@@ -240,6 +240,8 @@ def test_missing_or_invalid_api_key_is_401(api: Api, authorization: str | None, 
         ),
         ({"body": [1, 2]}, 422, "validation_error"),
         ({"headers": {"idempotency-key": "has spaces"}}, 400, "invalid_idempotency_key"),
+        ({"headers": {"content-type": "application/x-www-form-urlencoded"}}, 415, "unsupported_media_type"),
+        ({"headers": {"content-type": ""}}, 415, "unsupported_media_type"),
     ],
 )
 def test_client_mistakes_get_4xx_with_a_code_and_nothing_is_written(

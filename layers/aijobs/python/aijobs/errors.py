@@ -103,6 +103,10 @@ class PayloadTooLargeError(RequestError):
     status, code = 413, "input_too_large"
 
 
+class UnsupportedMediaTypeError(RequestError):
+    status, code = 415, "unsupported_media_type"
+
+
 class UnprocessableError(RequestError):
     status, code = 422, "validation_error"
 

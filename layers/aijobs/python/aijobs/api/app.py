@@ -30,7 +30,7 @@ from aijobs.api.schemas import (
 )
 from aijobs.api.service import JobService
 from aijobs.domain import JobStatus
-from aijobs.errors import RequestError, ServiceUnavailableError, UnauthorizedError
+from aijobs.errors import RequestError, ServiceUnavailableError, UnauthorizedError, UnsupportedMediaTypeError
 from aijobs.observability import logger
 
 PUBLIC_PATHS = frozenset({"/openapi.json"})
@@ -212,3 +212,23 @@ def openapi() -> Response[Any]:
         security=[{"apiKey": []}],
     )
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=document)
+
+
+def resolve(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry: refuse non-JSON bodies first (schema validation would half-parse a
+    form-encoded body into confusing errors), then route."""
+    method = event.get("requestContext", {}).get("http", {}).get("method", "")
+    headers = {key.lower(): value for key, value in (event.get("headers") or {}).items()}
+    content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
+    if method in ("POST", "PUT", "PATCH") and content_type != "application/json":
+        error = UnsupportedMediaTypeError(
+            f"send the body as JSON with `Content-Type: application/json` (got {content_type or 'none'!r})"
+        )
+        body = ErrorBody(code=error.code, message=error.message).model_dump_json()
+        return {
+            "statusCode": error.status,
+            "headers": {"Content-Type": "application/json"},
+            "body": body,
+            "isBase64Encoded": False,
+        }
+    return app.resolve(event, context)
