@@ -13,14 +13,12 @@ where the sums include transactions already removed by retention (folded into `a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.conditions import Key
-from botocore.exceptions import ClientError
 
 from aijobs.errors import PaymentRequiredError
 from aijobs.ids import new_job_id
@@ -379,15 +377,4 @@ def _transaction(item: dict[str, Any]) -> Transaction:
         created_at=parse_iso(str(item["created_at"])),
         job_id=item.get("jobId"),
         grant_id=item.get("grant_id"),
-    )
-
-
-def allocation_json(allocation: dict[str, int]) -> str:
-    return json.dumps(allocation, sort_keys=True)
-
-
-def is_conditional_failure(error: ClientError) -> bool:
-    return error.response["Error"]["Code"] in (
-        "ConditionalCheckFailedException",
-        "TransactionCanceledException",
     )

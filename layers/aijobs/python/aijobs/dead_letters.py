@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from aijobs.alerts import Alerts
-from aijobs.domain import Job, JobStatus, QueueMessage
+from aijobs.domain import Job, QueueMessage
 from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, logger
 from aijobs.stage_config import queue_name_from_resource
@@ -164,7 +164,3 @@ def list_dead_letters(meta: Table, kind: str, *, limit: int = 50) -> list[DeadLe
         DeadLetter.model_validate({k: v for k, v in item.items() if k in fields})
         for item in response["Items"]
     ]
-
-
-def job_is_dead_lettered(job: Job) -> bool:
-    return job.status is JobStatus.FAILED_FINAL and job.dead_lettered
