@@ -117,7 +117,7 @@ def _cleanup_tasks(store: JobStore, kinds: tuple[str, ...], cutoff: Any) -> int:
             budget = TASK_CLEANUP_LIMIT - removed
             if budget <= 0:
                 return removed
-            for job in store.query_kind_status_page(kind, status, before=cutoff, limit=budget):
+            for job in store.query_kind_status(kind, status, before=cutoff, limit=budget):
                 removed += store.delete_finished(job)
     logger.debug("tasks removed", extra={"cutoff": iso(cutoff), "removed": removed})
     return removed

@@ -30,13 +30,11 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     for index in ctx.directory.active_shards():
         store = JobStore(ctx.directory.shard_tables[index], ctx.clock)
         for kind in ctx.kinds:
-            for job in store.query_kind_status_page(kind, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
+            for job in store.query_kind_status(kind, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
                 if job.lease_expires_at is not None and job.lease_expires_at < now:
                     actions[f"{kind}:{_sweep_running(store, ctx, job)}"] += 1
             for status in (JobStatus.QUEUED, JobStatus.FAILED_RETRYABLE):
-                stale = store.query_kind_status_page(
-                    kind, status, before=now - ctx.stuck_after, limit=SWEEP_LIMIT
-                )
+                stale = store.query_kind_status(kind, status, before=now - ctx.stuck_after, limit=SWEEP_LIMIT)
                 for job in stale:
                     actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
     for key, count in actions.items():

@@ -181,9 +181,16 @@ class JobStore:
         return Page(jobs=jobs[:limit], cursor=_encode_cursor(last_key) if last_key else None)
 
     def query_kind_status(
-        self, kind: str, status: JobStatus, *, before: datetime | None = None, after: datetime | None = None
+        self,
+        kind: str,
+        status: JobStatus,
+        *,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        limit: int | None = None,
     ) -> list[Job]:
-        """Jobs of a kind and status whose last change lies in (after, before): operators, sweeper."""
+        """Jobs of a kind and status whose last change lies in (after, before), oldest first, at most
+        `limit` of them: operator re-runs, the sweeper, retention clean-up."""
         condition = "gsi2pk = :pk"
         values: dict[str, Any] = {":pk": kind_status_pk(kind, status.value)}
         if after is not None and before is not None:
@@ -202,9 +209,11 @@ class JobStore:
         }
         jobs: list[Job] = []
         while True:
+            if limit is not None:
+                query["Limit"] = limit - len(jobs)
             response = self._table.query(**query)
             jobs.extend(_from_item(item) for item in response["Items"])
-            if "LastEvaluatedKey" not in response:
+            if "LastEvaluatedKey" not in response or (limit is not None and len(jobs) >= limit):
                 return jobs
             query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
@@ -451,18 +460,6 @@ class JobStore:
                 return False
             raise
         return True
-
-    def query_kind_status_page(
-        self, kind: str, status: JobStatus, *, before: datetime, limit: int
-    ) -> list[Job]:
-        """At most `limit` jobs of a kind and status last changed before `before`, oldest first."""
-        response = self._table.query(
-            IndexName="by_kind_status",
-            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :before",
-            ExpressionAttributeValues={":pk": kind_status_pk(kind, status.value), ":before": iso(before)},
-            Limit=limit,
-        )
-        return [_from_item(item) for item in response["Items"]]
 
     def _transition(
         self,
