@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aijobs.stage_config import THROTTLE_RECEIVE_HEADROOM, queue_resource_name
+from aijobs.stage_config import RECEIVE_HEADROOM, queue_resource_name
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
@@ -37,19 +37,19 @@ def test_each_configured_queue_has_a_queue_and_dlq_named_for_the_stage(dev: Synt
         assert queue_resource_name("dev", kind) + "-dlq" in names
 
 
-def test_redrive_sends_to_the_kinds_own_dlq_after_max_retries_plus_one(dev: Synth) -> None:
+def test_redrive_sends_to_the_kinds_own_dlq_after_the_budget_plus_headroom(dev: Synth) -> None:
     queues = _main_queues(dev)
     assert len(queues) == len(dev.config.queue_names)
     for props in queues.values():
         redrive = props["RedrivePolicy"]
-        assert redrive["maxReceiveCount"] == dev.config.max_retries + 1 == 4
+        assert redrive["maxReceiveCount"] == dev.config.max_retries + 1 + RECEIVE_HEADROOM == 9
         dlq = dev.props(target_id(redrive["deadLetterTargetArn"]))
         assert dlq["QueueName"] == props["QueueName"] + "-dlq"
 
 
 def test_max_retries_setting_drives_max_receive_count(capped: Synth) -> None:
     for props in _main_queues(capped).values():
-        assert props["RedrivePolicy"]["maxReceiveCount"] == 3
+        assert props["RedrivePolicy"]["maxReceiveCount"] == 3 + RECEIVE_HEADROOM
 
 
 def test_consumer_mapping_uses_the_article_defaults(dev: Synth) -> None:
@@ -119,4 +119,4 @@ def test_concurrency_one_becomes_reserved_concurrency_with_throttle_headroom(sin
     for mapping in single_consumer.resources("AWS::Lambda::EventSourceMapping").values():
         assert "ScalingConfig" not in mapping["Properties"]
     (queue,) = _main_queues(single_consumer).values()
-    assert queue["RedrivePolicy"]["maxReceiveCount"] == 3 + 1 + THROTTLE_RECEIVE_HEADROOM
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == 3 + 1 + RECEIVE_HEADROOM

@@ -125,7 +125,8 @@ class Stage:
     def send(self, job: Job, *, kind: str | None = None) -> None:
         message = QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind)
         self.sqs.send_message(
-            QueueUrl=self.resources.queue_urls[kind or job.kind], MessageBody=message.model_dump_json()
+            QueueUrl=self.resources.queue_urls[kind or job.kind],
+            MessageBody=message.model_dump_json(exclude_none=True),
         )
 
     def job(self, job: Job) -> Job:

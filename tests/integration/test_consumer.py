@@ -77,6 +77,7 @@ def test_throttling_honours_retry_after(stage: Stage) -> None:
     assert stage.job(job).last_error_class == "throttled"
     assert stage.mapping("summary").poll_once().received == 0  # still hidden: Retry-After honoured
     time.sleep(1.2)
+    stage.clock.advance(1.2)  # the row's retry time follows the consumer's clock
     assert stage.mapping("summary").poll_once().failed_ids == []
     row = stage.job(job)
     assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 2)
@@ -125,10 +126,14 @@ def test_provider_auth_failure_finalizes_the_job_pauses_the_consumer_and_alerts(
     assert stage.job(bad).status is JobStatus.FAILED_FINAL
     assert stage.job(bad).last_error_class == "provider_auth"
     assert control.calls == [("aijobs-dev-consumer-summary", stage.resources.queue_arns["summary"], False)]
-    # The rest of the batch goes back untouched: not claimed, no attempt spent.
-    assert len(outcome.failed_ids) == 2
+    # The rest of the batch is not claimed and spends nothing: each is acknowledged and a fresh
+    # copy waits in the queue for the resumed consumer (a returned record would spend a receive).
+    assert outcome.failed_ids == []
     for job in waiting:
         assert (stage.job(job).status, stage.job(job).attempts) == (JobStatus.QUEUED, 0)
+    copies = stage.receive(stage.resources.queue_urls["summary"])
+    assert sorted(json.loads(m["Body"])["jobId"] for m in copies) == sorted(j.job_id for j in waiting)
+    assert {m["Attributes"]["ApproximateReceiveCount"] for m in copies} == {"1"}
     (alert,) = stage.receive(alerts_url)
     detail = json.loads(json.loads(alert["Body"])["Message"])
     assert detail["kind"] == "summary"
@@ -254,7 +259,9 @@ def test_while_awaiting_its_provider_a_job_stays_running_with_a_recheck_message(
     row = stage.job(job)
     assert (row.status, row.awaiting_provider, row.attempts) == (JobStatus.RUNNING, True, 1)
     (recheck,) = stage.receive(stage.resources.queue_urls["summary"])
-    assert json.loads(recheck["Body"]) == {"jobId": job.job_id, "userId": "alice", "kind": "summary"}
+    body = json.loads(recheck["Body"])
+    assert body == {"jobId": job.job_id, "userId": "alice", "kind": "summary", "check": row.recheck_id}
+    assert row.recheck_id
     assert recheck["Attributes"]["ApproximateReceiveCount"] == "1"
 
 

@@ -19,7 +19,7 @@ from aijobs.stage_config import (
     KNOWN_KEYS,
     SQS_QUEUE_NAME_MAX,
     SQS_VISIBILITY_MAX_SECONDS,
-    THROTTLE_RECEIVE_HEADROOM,
+    RECEIVE_HEADROOM,
     ConfigError,
     StageConfig,
     binding_name,
@@ -370,7 +370,7 @@ def test_no_max_concurrency(raw: str | None) -> None:
     assert config.queue_max_concurrency is None
     assert config.esm_max_concurrency is None
     assert config.consumer_reserved_concurrency is None
-    assert config.max_receive_count == config.max_retries + 1
+    assert config.max_receive_count == config.max_retries + 1 + RECEIVE_HEADROOM
 
 
 @pytest.mark.parametrize("retries", ["0", "3", "10"])
@@ -379,7 +379,7 @@ def test_max_concurrency_one_becomes_reserved_concurrency(retries: str) -> None:
     assert config.queue_max_concurrency == 1
     assert config.consumer_reserved_concurrency == 1
     assert config.esm_max_concurrency is None
-    assert config.max_receive_count == int(retries) + 1 + THROTTLE_RECEIVE_HEADROOM
+    assert config.max_receive_count == int(retries) + 1 + RECEIVE_HEADROOM
 
 
 @pytest.mark.parametrize(
@@ -397,7 +397,7 @@ def test_max_concurrency_becomes_esm_maximum_concurrency(raw: str, expected: int
     config = _parse(QUEUE_MAX_CONCURRENCY=raw)
     assert config.esm_max_concurrency == expected
     assert config.consumer_reserved_concurrency is None
-    assert config.max_receive_count == config.max_retries + 1  # no throttle headroom
+    assert config.max_receive_count == config.max_retries + 1 + RECEIVE_HEADROOM
 
 
 @pytest.mark.parametrize("raw", ["0", "1001", "abc", "-1", "+5", "1.5", "2 3", "1e3"])
@@ -427,10 +427,11 @@ def test_integer_keys_take_plain_digits_only(raw: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("retries", "receives"), [(None, 4), ("", 4), ("0", 1), ("3", 4), ("5", 6), ("10", 11)]
+    ("retries", "attempts"), [(None, 4), ("", 4), ("0", 1), ("3", 4), ("5", 6), ("10", 11)]
 )
-def test_max_receive_count_follows_max_retries(retries: str | None, receives: int) -> None:
-    assert _parse(MAX_RETRIES=retries).max_receive_count == receives
+def test_max_receive_count_follows_max_retries(retries: str | None, attempts: int) -> None:
+    # The attempt budget plus headroom: the row's budget, not SQS's receive count, dead-letters.
+    assert _parse(MAX_RETRIES=retries).max_receive_count == attempts + RECEIVE_HEADROOM
 
 
 @pytest.mark.parametrize(
@@ -558,7 +559,7 @@ def test_shipped_dev_config() -> None:
     assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
     assert config.crons[0].to_aws() == "cron(0/10 * * * ? *)"
     assert config.queue_max_concurrency is None
-    assert config.max_receive_count == 4
+    assert config.max_receive_count == 4 + RECEIVE_HEADROOM
 
 
 def test_shipped_prod_config() -> None:

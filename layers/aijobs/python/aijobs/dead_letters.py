@@ -1,7 +1,10 @@
 """The DLQ consumer: record each dead letter for operators, finalize its job, alert. Never re-queue.
 
-Duplicate deliveries of one dead letter are normal: the job transition is conditional and the
-operator entry is keyed by job and remembers the message id, so each dead letter alerts once.
+The row decides, not the message: a stray or late copy of a message whose job succeeded, ended
+for another reason or is running under a live lease is acknowledged without an entry, an alert or
+a metric. Duplicate deliveries of one dead letter are normal: the job transition is conditional and
+the operator entry is keyed by job and remembers which dead-lettering it recorded (the row's
+`finished_at`), so each dead letter alerts once.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from aijobs.alerts import Alerts
-from aijobs.domain import Job, QueueMessage
+from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import TransitionConflict
-from aijobs.observability import METRIC_DEAD_LETTERED, emit, logger
+from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
 from aijobs.stage_config import queue_name_from_resource
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso
@@ -46,6 +49,8 @@ class DeadLetter(BaseModel):
     message_id: str
     receive_count: int
     job_status: str | None = None
+    # The row's finished_at: each dead-lettering of a job (a re-run may die again) is one entry.
+    job_finished_at: str | None = None
 
 
 @dataclass
@@ -82,8 +87,18 @@ class DeadLetterConsumer:
             digest = hashlib.sha256(record.body.encode()).hexdigest()[:16]
             entry = self._entry(kind, f"unreadable-{digest}", None, None, record, now)
         else:
-            with logger.append_context_keys(jobId=message.jobId, userId=message.userId, kind=kind):
-                job = self._finalize(message, now)
+            with log_context(
+                jobId=message.jobId, userId=message.userId, kind=kind, correlation_id=message.jobId
+            ):
+                store, job = self._load(message)
+                if store is not None and job is not None:
+                    stray = _stray_reason(job, now)
+                    if stray is not None:
+                        # The row is the source of truth: this copy did not kill the job.
+                        extra = {"reason": stray, "status": job.status.value}
+                        logger.info("stray dead letter acknowledged", extra=extra)
+                        return
+                    job = self._finalize(store, job, now)
                 entry = self._entry(kind, message.jobId, message.userId, job, record, now)
         if self._record(entry):
             emit(METRIC_DEAD_LETTERED, kind=kind)
@@ -92,14 +107,16 @@ class DeadLetterConsumer:
         else:
             logger.info("duplicate delivery of a recorded dead letter acknowledged")
 
-    def _finalize(self, message: QueueMessage, now: datetime) -> Job | None:
+    def _load(self, message: QueueMessage) -> tuple[JobStore | None, Job | None]:
         table = self.directory.shard_for(message.userId)
         if table is None:
-            return None
+            return None, None
         store = JobStore(table, self.clock)
-        job = store.get(message.userId, message.jobId)
-        if job is None:
-            return None
+        return store, store.get(message.userId, message.jobId)
+
+    def _finalize(self, store: JobStore, job: Job, now: datetime) -> Job | None:
+        if job.status is JobStatus.FAILED_FINAL:
+            return job  # dead-lettered already: a redelivery, recorded once below
         try:
             return store.fail_final(
                 job,
@@ -110,8 +127,8 @@ class DeadLetterConsumer:
                 own_claim=False,
             )
         except TransitionConflict:
-            # Already finished (a duplicate delivery, or the job succeeded after all): keep the row.
-            return store.get(message.userId, message.jobId)
+            # Finished meanwhile (a duplicate delivery, or the job succeeded after all): keep the row.
+            return store.get(job.user_id, job.job_id)
 
     @staticmethod
     def _entry(
@@ -128,10 +145,18 @@ class DeadLetterConsumer:
             message_id=record.message_id,
             receive_count=int(record.attributes.approximate_receive_count or 0),
             job_status=job.status.value if job else None,
+            job_finished_at=iso(job.finished_at) if job and job.finished_at else None,
         )
 
     def _record(self, entry: DeadLetter) -> bool:
-        """Write the operator entry; False when this very message was recorded already."""
+        """Write the operator entry; False when this dead-lettering was recorded already (the same
+        message again, or another copy of it: same job, same `finished_at`)."""
+        if entry.job_finished_at is not None:
+            condition = "attribute_not_exists(pk) OR job_finished_at <> :finished"
+            values = {":finished": entry.job_finished_at}
+        else:
+            condition = "attribute_not_exists(pk) OR message_id <> :message_id"
+            values = {":message_id": entry.message_id}
         try:
             self.meta.put_item(
                 Item={
@@ -141,14 +166,31 @@ class DeadLetterConsumer:
                     "gsi1sk": f"{entry.dead_lettered_at}#{entry.job_id}",
                     **{k: v for k, v in entry.model_dump().items() if v is not None},
                 },
-                ConditionExpression="attribute_not_exists(pk) OR message_id <> :message_id",
-                ExpressionAttributeValues={":message_id": entry.message_id},
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
             )
         except ClientError as error:
             if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return False
             raise
         return True
+
+
+def _stray_reason(job: Job, now: datetime) -> str | None:
+    """Why a dead letter does not speak for its job (None: it does, the job is dead).
+
+    Only the attempt budget on the row dead-letters a job; a copy of a message whose job
+    succeeded, finished for another reason, or is being worked on right now is noise.
+    """
+    if job.status is JobStatus.SUCCEEDED:
+        return "job succeeded"
+    if job.status is JobStatus.FAILED_FINAL and not job.dead_lettered:
+        return "job finished for another reason"
+    if job.status is JobStatus.RUNNING and (
+        job.awaiting_provider or (job.lease_expires_at is not None and job.lease_expires_at > now)
+    ):
+        return "job is running under a live lease"
+    return None
 
 
 def list_dead_letters(meta: Table, kind: str, *, limit: int = 50) -> list[DeadLetter]:

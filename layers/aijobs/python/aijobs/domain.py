@@ -29,6 +29,10 @@ class QueueMessage(BaseModel):
     jobId: str = Field(min_length=1, max_length=64)
     userId: str = Field(min_length=1, max_length=128)
     kind: str | None = Field(default=None, max_length=80)
+    # A provider re-check names the wait it belongs to (the row's `recheck_id`): a duplicate of a
+    # re-check message finds the id already used and is acknowledged, so one job never has two
+    # polling chains.
+    check: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class Job(BaseModel):
@@ -56,6 +60,10 @@ class Job(BaseModel):
     awaiting_provider: bool = False
     provider_checks: int = 0
     provider_handle: str | None = None
+    # The id the pending re-check message carries; cleared when that message claims the job.
+    recheck_id: str | None = None
+    # When a failed attempt may be retried (back-off, Retry-After): nobody runs it earlier.
+    next_attempt_at: datetime | None = None
     # Set by each claim; only the holder of the current claim may finish the attempt.
     claim_id: str | None = None
     result: Any = None

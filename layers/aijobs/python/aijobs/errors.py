@@ -62,6 +62,59 @@ class InvalidInputError(ProviderError):
     error_class = "invalid_input"
 
 
+class InfrastructureError(TransientProviderError):
+    """One of our own AWS dependencies (a table, the bucket, a queue) failed transiently."""
+
+    error_class = "internal"
+
+
+class InternalError(ProviderError):
+    """Our own code failed in a way that repeats on every attempt (a bug, an unusable row): final,
+    so a deterministic failure does not burn the attempt budget and a dead letter. Re-run the job
+    once the code is fixed."""
+
+    error_class = "internal_error"
+
+
+# AWS error codes of our own dependencies (DynamoDB, S3, SQS, ...) that a later attempt can outlive.
+_TRANSIENT_AWS_CODES = frozenset(
+    {
+        "InternalError", "InternalServerError", "InternalFailure", "ServiceUnavailable",
+        "ServiceUnavailableException", "SlowDown", "RequestTimeout", "RequestTimeoutException",
+        "Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
+        "ProvisionedThroughputExceededException", "TooManyRequestsException",
+        "TransactionInProgressException", "TransactionConflictException", "LimitExceededException",
+        "KMSThrottlingException",
+    }
+)  # fmt: skip
+
+
+def classify_exception(error: Exception) -> ProviderError:
+    """Classify an exception that did not come from a provider adapter (DESIGN.md §4's table).
+
+    Only genuine infrastructure failures retry (`internal`, backed off like a blip): a throttled
+    or unavailable AWS dependency, a connection or read timeout. Bytes that are not text are the
+    input's fault (`invalid_input`); anything else is a bug that would fail the same way on every
+    attempt (`internal_error`). Both are final.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(error, ProviderError):
+        return error
+    name = type(error).__name__
+    if isinstance(error, ClientError):
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in _TRANSIENT_AWS_CODES or status >= 500:
+            return InfrastructureError(f"internal error: AWS {code or status}")
+        return InternalError(f"internal error: AWS {code or status} (not retried)")
+    if isinstance(error, BotoCoreError | ConnectionError | TimeoutError):
+        return InfrastructureError(f"internal error: {name}")
+    if isinstance(error, UnicodeError):
+        return InvalidInputError(f"the job's input is not valid UTF-8 text ({name})")
+    return InternalError(f"internal error: {name} (not retried; re-run the job once it is fixed)")
+
+
 # --- request errors: mapped to HTTP by the API ------------------------------------------------
 
 
@@ -115,6 +168,36 @@ class ServiceUnavailableError(RequestError):
     """Our own dependency failed (e.g. the queue): the client may retry with the same key."""
 
     status, code = 503, "service_unavailable"
+
+
+class InvalidBodyEncodingError(MalformedRequestError):
+    """The body is not valid UTF-8 (or, when the gateway base64-encoded it, not valid base64)."""
+
+    code = "invalid_utf8"
+
+
+class JsonTooDeepError(MalformedRequestError):
+    """JSON nested deeper than any legitimate request: refused before a recursive parser sees it."""
+
+    code = "json_too_deep"
+
+
+class BodyTooLargeError(PayloadTooLargeError):
+    """The whole body is far above any legitimate request (not just the inline input)."""
+
+    code = "body_too_large"
+
+
+class MethodNotAllowedError(RequestError):
+    """The path exists but not with this method; `details` lists the allowed methods."""
+
+    status, code = 405, "method_not_allowed"
+
+
+class InputRefNotFoundError(UnprocessableError):
+    """`inputRef` names an object of the caller's that is not in the bucket (upload it first)."""
+
+    code = "input_ref_not_found"
 
 
 # --- state transitions ---------------------------------------------------------------------------

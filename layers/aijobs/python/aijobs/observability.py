@@ -6,10 +6,17 @@ CloudWatch EMF lines (powertools), one metric per line so each carries its own d
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.lambda_context import build_lambda_context_model
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities import jmespath_utils
 
 # CloudWatch namespace of every aijobs EMF metric (POWERTOOLS_METRICS_NAMESPACE).
 METRICS_NAMESPACE = "aijobs"
@@ -28,10 +35,84 @@ METRIC_POISON = "PoisonMessages"
 METRIC_CONSUMER_PAUSED = "ConsumerPaused"
 METRIC_CRON_FAILED = "CronRunFailed"
 METRIC_CRON_SKIPPED = "CronRunSkipped"
+# A second delivery of a schedule firing that already ran (or is running): skipped.
+METRIC_CRON_DUPLICATE = "CronRunDuplicate"
 METRIC_SWEPT = "JobsSwept"
 METRIC_CREDITS_EXPIRED = "CreditGrantsExpired"
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"))
+
+_Result = TypeVar("_Result")
+LambdaHandler = Callable[[dict[str, Any], Any], _Result]
+
+
+@contextmanager
+def log_context(**keys: Any) -> Iterator[None]:
+    """Add `keys` to the log lines the calling thread writes inside the block.
+
+    Use it instead of `logger.append_context_keys` / `logger.set_correlation_id`: those change the
+    logger's global keys, which every thread shares, and the local stack runs all functions (and
+    several batches) as threads of one process. The keys live in powertools' thread-local (context
+    variable) store, so blocks nest and, on exit, the thread's keys are exactly what they were
+    before. `log_context(correlation_id=job_id)` sets the correlation id.
+    """
+    previous = dict(logger.thread_safe_get_current_keys())
+    logger.thread_safe_append_keys(**keys)
+    try:
+        yield
+    finally:
+        # Replace rather than remove in place: powertools' remove mutates the current dict.
+        logger.thread_safe_clear_keys()
+        if previous:
+            logger.thread_safe_append_keys(**previous)
+
+
+_warm_functions: set[str] = set()
+_warm_lock = threading.Lock()
+
+
+def _cold_start(function_name: str) -> bool:
+    """True for the first invocation of a function in this process (one process is one container
+    in Lambda; the local stack hosts every function in one process, so count per function)."""
+    if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "provisioned-concurrency":
+        return False
+    with _warm_lock:
+        if function_name in _warm_functions:
+            return False
+        _warm_functions.add(function_name)
+        return True
+
+
+def log_lambda_context(
+    *, correlation_id_path: str | None = None
+) -> Callable[[LambdaHandler[_Result]], LambdaHandler[_Result]]:
+    """Entry-point decorator: `logger.inject_lambda_context(clear_state=True, ...)`, thread-local.
+
+    Each invocation's lines carry cold_start, function_name/arn/memory/request id and, with
+    `correlation_id_path` (a JMESPath into the event), the correlation id; the calling thread's
+    keys are cleared before and after the invocation, and no other thread ever sees them.
+    """
+
+    def decorate(handler: LambdaHandler[_Result]) -> LambdaHandler[_Result]:
+        @functools.wraps(handler)
+        def invoke(event: dict[str, Any], context: Any) -> _Result:
+            lambda_keys = build_lambda_context_model(context).__dict__
+            cold_start = _cold_start(str(lambda_keys.get("function_name")))
+            keys: dict[str, Any] = {"cold_start": cold_start, **lambda_keys}
+            if correlation_id_path:
+                keys["correlation_id"] = jmespath_utils.query(data=event, envelope=correlation_id_path)
+            if logger.sampling_rate and not cold_start:
+                logger.refresh_sample_rate_calculation()
+            logger.thread_safe_clear_keys()
+            logger.thread_safe_append_keys(**keys)
+            try:
+                return handler(event, context)
+            finally:
+                logger.thread_safe_clear_keys()
+
+        return invoke
+
+    return decorate
 
 
 def service_name(stage: str) -> str:

@@ -21,11 +21,12 @@ SQS_VISIBILITY_MAX_SECONDS = 12 * 60 * 60
 # Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
 ESM_MAX_CONCURRENCY_MIN = 2
 ESM_MAX_CONCURRENCY_MAX = 1000
-# With reserved concurrency 1 the event-source mapping's pollers still invoke in parallel; the
-# throttled batches go back to the queue and each throttle spends a receive. These extra receives
-# keep throttles from pushing healthy messages into the DLQ; the attempt budget on the job row
-# still caps real attempts (see README, "QUEUE_MAX_CONCURRENCY=1").
-THROTTLE_RECEIVE_HEADROOM = 5
+# Only the attempt budget on the job row dead-letters a job: the consumer hands a message to the
+# DLQ itself when the budget is spent, and re-sends a fresh copy instead of returning a record
+# that spent no attempt. SQS's redrive stays as the safety net for receives that never reach our
+# code (a throttled invocation, e.g. with reserved concurrency 1; a function that fails to start),
+# so it allows this many receives beyond the budget.
+RECEIVE_HEADROOM = 5
 LEASE_MARGIN_SECONDS = 30
 
 _QUEUE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
@@ -218,10 +219,9 @@ class StageConfig:
 
     @property
     def max_receive_count(self) -> int:
-        """Receives before SQS moves a message to the DLQ: the first attempt plus the retries,
-        plus throttle headroom when the consumer is limited by reserved concurrency."""
-        headroom = THROTTLE_RECEIVE_HEADROOM if self.consumer_reserved_concurrency else 0
-        return self.max_retries + 1 + headroom
+        """Receives before SQS moves a message to the DLQ: the attempt budget (first attempt plus
+        retries) plus headroom, so the row's budget, not SQS, decides (see RECEIVE_HEADROOM)."""
+        return self.max_retries + 1 + RECEIVE_HEADROOM
 
     @property
     def lease_seconds(self) -> int:

@@ -6,6 +6,7 @@ listed in `batchItemFailures` after its visibility was set to the back-off delay
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from aijobs.consumer.control import ConsumerControl
 from aijobs.consumer.handlers import JobContext, KindHandler
 from aijobs.consumer.retry import RetryPolicy
 from aijobs.domain import Job, JobStatus, QueueMessage
-from aijobs.errors import ProviderAuthError, ProviderError, TransientProviderError, TransitionConflict
+from aijobs.errors import ProviderAuthError, ProviderError, TransitionConflict, classify_exception
 from aijobs.observability import (
     METRIC_CONSUMER_PAUSED,
     METRIC_DURATION,
@@ -31,6 +32,7 @@ from aijobs.observability import (
     METRIC_RETRIED,
     METRIC_SUCCEEDED,
     emit,
+    log_context,
     logger,
 )
 from aijobs.providers.base import Provider, ProviderResult
@@ -45,8 +47,15 @@ class RetryLater(Exception):
     """Raised for a record that must come back: the batch processor reports it as failed."""
 
 
-class ConsumerPaused(Exception):
-    """The kind's consumer was paused in this batch; the remaining records go back untouched."""
+# A retry that arrives this close to its due time runs (SQS and Lambda clocks are not one clock).
+RETRY_TOLERANCE = timedelta(seconds=1)
+
+
+def _runnable_now(job: Job, now: datetime) -> bool:
+    """Whether a claim could take the row now (were its attempt budget not spent)."""
+    if job.status is JobStatus.RUNNING:
+        return not job.awaiting_provider and job.lease_expires_at is not None and job.lease_expires_at < now
+    return job.status in (JobStatus.QUEUED, JobStatus.FAILED_RETRYABLE)
 
 
 @dataclass
@@ -94,8 +103,6 @@ class Consumer:
                 "record from an unknown queue acknowledged", extra={"eventSourceARN": record.event_source_arn}
             )
             return
-        if self._paused:
-            raise ConsumerPaused("consumer paused earlier in this batch")
         try:
             message = QueueMessage.model_validate_json(record.body)
         except ValidationError as error:
@@ -106,38 +113,65 @@ class Consumer:
             )
             emit(METRIC_POISON, kind=self.kind)
             return
-        with logger.append_context_keys(jobId=message.jobId, userId=message.userId, kind=self.kind):
-            logger.set_correlation_id(message.jobId)
-            self._process_message(record, message, handler)
+        with log_context(
+            jobId=message.jobId, userId=message.userId, kind=self.kind, correlation_id=message.jobId
+        ):
+            if self._paused:
+                # Not an attempt: a fresh copy waits in the queue for the resumed consumer, so the
+                # pause costs this message none of SQS's receive count.
+                self._resend(message, 0, "consumer paused earlier in this batch")
+                return
+            try:
+                claimed = self._claim(record, message)
+            except Exception:
+                # Our own dependencies failed before any attempt started (a throttled table, a
+                # network blip): a fresh delayed copy keeps the row's attempt budget the only thing
+                # that can dead-letter the job; returning the record would spend a receive.
+                logger.exception("could not load or claim the job: message re-sent")
+                self._resend(message, self.policy.base_delay_seconds, "load or claim failed")
+                return
+            if claimed is None:
+                return
+            store, job = claimed
+            with log_context(attempt=job.attempts):
+                self._run(record, store, job, handler)
 
-    def _process_message(self, record: SQSRecord, message: QueueMessage, handler: KindHandler) -> None:
+    def _claim(self, record: SQSRecord, message: QueueMessage) -> tuple[JobStore, Job] | None:
+        """Decide what this delivery means for the row; the claimed row, or None to acknowledge."""
         table = self.directory.shard_for(message.userId)
         store = JobStore(table, self.clock) if table is not None else None
         job = store.get(message.userId, message.jobId) if store is not None else None
         if store is None or job is None:
             logger.warning("job row missing: message acknowledged")
-            return
+            return None
         if job.kind != self.kind:
             logger.error("job of another kind on this queue acknowledged", extra={"rowKind": job.kind})
-            return
+            return None
         if job.status.is_terminal:
             logger.info("job already finished: duplicate acknowledged", extra={"status": job.status.value})
-            return
-        if job.status is JobStatus.FAILED_RETRYABLE and job.attempts >= self.max_attempts:
-            self._dead_letter(record, job, "attempt budget already spent")
-            return
+            return None
         now = self.clock()
         if job.status is JobStatus.RUNNING and job.awaiting_provider:
-            claimed = store.claim_recheck(job, now=now, lease=self.lease)
+            if message.check is None or message.check != job.recheck_id:
+                logger.info("not the job's pending re-check (a duplicate or stale copy): acknowledged")
+                return None
+            claimed = store.claim_recheck(job, now=now, lease=self.lease, check=message.check)
         else:
+            due = job.next_attempt_at if job.status is JobStatus.FAILED_RETRYABLE else None
+            if due is not None and now + RETRY_TOLERANCE < due:
+                # Early (a duplicate, a sweeper re-send): wait for the back-off or Retry-After.
+                self._resend(message, math.ceil((due - now).total_seconds()), "retry not due yet")
+                return None
+            if job.attempts >= self.max_attempts and _runnable_now(job, now):
+                self._dead_letter(record, job, "attempt budget already spent")
+                return None
             claimed = store.claim(job, now=now, lease=self.lease, max_attempts=self.max_attempts)
         if claimed is None:
             logger.info(
                 "job not runnable (live lease or lost race): acknowledged", extra={"status": job.status.value}
             )
-            return
-        with logger.append_context_keys(attempt=claimed.attempts):
-            self._run(record, store, claimed, handler)
+            return None
+        return store, claimed
 
     def _run(self, record: SQSRecord, store: JobStore, job: Job, handler: KindHandler) -> None:
         started = time.monotonic()
@@ -147,10 +181,12 @@ class Consumer:
             except ProviderError as error:
                 self._failed(record, store, job, error)
                 return
-            except Exception as error:  # a bug or an SDK failure in our own code: retry like a blip
-                logger.exception("attempt crashed")
-                internal = TransientProviderError(f"internal error: {type(error).__name__}")
-                self._failed(record, store, job, internal, "internal")
+            except Exception as error:
+                # Not the provider: an infrastructure blip retries, anything deterministic (bad
+                # input bytes, a bug) would fail the same way every time and is final at once.
+                logger.exception("attempt failed outside the provider")
+                classified = classify_exception(error)
+                self._failed(record, store, job, classified)
                 return
             if result.status == "running":
                 self._await(store, job, result)
@@ -178,9 +214,11 @@ class Consumer:
     def _await(self, store: JobStore, job: Job, result: ProviderResult) -> None:
         """Provider still running: re-check later with a *new* delayed message, so neither the
         attempt counter nor the original message's receive count is spent on waiting."""
-        store.await_provider(job, now=self.clock(), handle=result.handle, hold=self.recheck + self.lease)
+        waiting = store.await_provider(
+            job, now=self.clock(), handle=result.handle, hold=self.recheck + self.lease
+        )
         self.queues.send(
-            QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind),
+            QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind, check=waiting.recheck_id),
             kind=job.kind,
             delay_seconds=int(self.recheck.total_seconds()),
         )
@@ -204,15 +242,28 @@ class Consumer:
             if isinstance(error, ProviderAuthError):
                 self._pause(record, error)
             return
-        store.fail_retryable(job, now=now, error_class=error_class, message=str(error))
         if job.attempts >= self.max_attempts:
+            store.fail_retryable(job, now=now, error_class=error_class, message=str(error))
             self._dead_letter(record, job, "attempt budget spent")
             return
         delay = self.policy.delay_seconds(error, job.attempts)
+        # The row remembers when the retry is due, so a duplicate or a sweeper re-send cannot run
+        # it before the back-off or the provider's Retry-After.
+        store.fail_retryable(
+            job, now=now, error_class=error_class, message=str(error), retry_at=now + timedelta(seconds=delay)
+        )
         self.queues.retry_later(job.kind, record.receipt_handle, delay)
         emit(METRIC_RETRIED, kind=job.kind, error_class=error_class)
         logger.warning("attempt failed, retry scheduled", extra={**extra, "delaySeconds": delay})
         raise RetryLater(f"{error_class}: retry in {delay}s")
+
+    def _resend(self, message: QueueMessage, delay_seconds: int, reason: str) -> None:
+        """Acknowledge this delivery and put a fresh copy on the queue: spends no receive count.
+        A copy may wait at most SQS's 15 minutes; a longer wait repeats this when it arrives."""
+        self.queues.send(message, kind=self.kind, delay_seconds=delay_seconds)
+        logger.info(
+            "message re-sent without an attempt", extra={"reason": reason, "delaySeconds": delay_seconds}
+        )
 
     def _dead_letter(self, record: SQSRecord, job: Job, reason: str) -> None:
         """Past the attempt cap: hand the message to the DLQ ourselves and acknowledge it, so the

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from aijobs.domain import Job
 from aijobs.errors import InvalidInputError
 from aijobs.providers.base import Provider, ProviderRequest, ProviderResult
@@ -46,9 +48,30 @@ class JobContext:
 KindHandler = Callable[[JobContext], ProviderResult]
 
 
-def _text(job: Job, *fields: str) -> str:
-    """The job's text input: a string, or the first of `fields` in an object input."""
+def _input_bytes(ctx: JobContext) -> bytes:
+    """The uploaded input named by `inputRef`. Gone (removed or expired by the bucket's lifecycle)
+    is the input's fault and final: no retry can bring it back."""
+    assert ctx.job.input_ref is not None
+    try:
+        return ctx.results.read_input(ctx.job.input_ref)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            raise InvalidInputError(f"the input object {ctx.job.input_ref!r} does not exist") from None
+        raise
+
+
+def _text(ctx: JobContext, *fields: str) -> str:
+    """The job's text input: a string, the first of `fields` in an object input, or the UTF-8 text
+    of the object its `inputRef` names."""
+    job = ctx.job
     value: Any = job.input
+    if value is None and job.input_ref is not None:
+        try:
+            value = _input_bytes(ctx).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidInputError(
+                f"the input object is not UTF-8 text (invalid byte at offset {error.start})"
+            ) from None
     if isinstance(value, dict):
         value = next((value[name] for name in fields if isinstance(value.get(name), str)), None)
     if not isinstance(value, str) or not value.strip():
@@ -57,27 +80,27 @@ def _text(job: Job, *fields: str) -> str:
 
 
 def summarize(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx.job, "text")))
+    return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
 
 
 def embed(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx.job, "text")))
+    return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
 
 
 def generate_image(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx.job, "prompt", "text")))
+    return ctx.provider.run(ctx.request(input=_text(ctx, "prompt", "text")))
 
 
 def caption_image(ctx: JobContext) -> ProviderResult:
     if ctx.job.input_ref is None:
         raise InvalidInputError("image-caption needs the image by reference (inputRef)")
-    return ctx.provider.run(ctx.request(input_bytes=ctx.results.read_input(ctx.job.input_ref)))
+    return ctx.provider.run(ctx.request(input_bytes=_input_bytes(ctx)))
 
 
 def synthesize_speech(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx.job, "text")))
+    return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
 
 
 def generate_video(ctx: JobContext) -> ProviderResult:
     # Asynchronous provider: the first call starts a task, later calls (re-checks) poll it.
-    return ctx.provider.run(ctx.request(input=_text(ctx.job, "prompt", "text")))
+    return ctx.provider.run(ctx.request(input=_text(ctx, "prompt", "text")))

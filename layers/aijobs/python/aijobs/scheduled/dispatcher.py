@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.observability import METRIC_CRON_FAILED, METRIC_CRON_SKIPPED, emit, logger
+from aijobs.observability import (
+    METRIC_CRON_DUPLICATE,
+    METRIC_CRON_FAILED,
+    METRIC_CRON_SKIPPED,
+    emit,
+    log_context,
+    logger,
+)
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.registry import ScheduledHandler
+from aijobs.store.cron_runs import CronRuns
 
 # Keys of the schedule payload (the CDK Schedules construct writes them).
 PAYLOAD_CRON = "cron"
@@ -28,10 +36,20 @@ def dispatch(
         scheduled_time=event.get(PAYLOAD_SCHEDULED_TIME),
         execution_id=event.get(PAYLOAD_EXECUTION_ID),
     )
-    with logger.append_context_keys(cron=run.expression, scheduledTime=run.scheduled_time):
+    with log_context(cron=run.expression, scheduledTime=run.scheduled_time):
+        runs = CronRuns(ctx.meta) if run.scheduled_time else None
+        if runs is not None and not runs.begin(
+            run.expression, str(run.scheduled_time), run.execution_id, ctx.clock()
+        ):
+            # At-least-once schedules: this firing is running or done already. Limits are per run.
+            logger.info("duplicate delivery of a scheduled run skipped")
+            emit(METRIC_CRON_DUPLICATE, cron=run.expression)
+            return {"cron": run.expression, "status": "duplicate"}
         try:
             result = handler(run, ctx)
         except Exception as error:
+            if runs is not None:
+                runs.finish(run.expression, str(run.scheduled_time), succeeded=False, now=ctx.clock())
             # Fail loudly: error log, metric and alert; the next scheduled run is the retry.
             logger.exception("cron run failed")
             emit(METRIC_CRON_FAILED, cron=run.expression)
@@ -44,4 +62,6 @@ def dispatch(
                 },
             )
             raise
+        if runs is not None:
+            runs.finish(run.expression, str(run.scheduled_time), succeeded=True, now=ctx.clock())
     return {"cron": run.expression, "status": "ok", "result": result}

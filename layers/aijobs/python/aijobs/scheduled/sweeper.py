@@ -4,7 +4,8 @@
   within the attempt budget, or finalize it (refunding its credits) when the budget is spent.
   One still waiting on its provider gets its lost re-check message re-sent instead.
 - `queued` / `failed_retryable` older than STUCK_QUEUED_SECONDS: its message never arrived (or
-  was lost). Re-send it within the budget, or finalize it.
+  was lost). Re-send it within the budget, or finalize it. A `failed_retryable` row waits until
+  its own retry time (back-off, Retry-After) is STUCK_QUEUED_SECONDS overdue.
 Every action first wins a conditional update on the row, so two overlapping runs act once.
 """
 
@@ -22,6 +23,7 @@ from aijobs.store.jobs import JobStore
 LEASE_EXPIRED = "lease_expired"
 NEVER_DELIVERED = "never_delivered"
 SWEEP_LIMIT = 100
+NOT_DUE = "not_due"
 
 
 def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
@@ -39,7 +41,7 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
                     actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
     for key, count in actions.items():
         kind, action = key.split(":", 1)
-        if action != "skipped":
+        if action not in ("skipped", NOT_DUE):
             emit(METRIC_SWEPT, kind=kind, value=count, action=action)
     result = {"cron": run.expression, "actions": dict(actions)}
     logger.info("sweeper result", extra=result)
@@ -62,9 +64,14 @@ def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
 
 
 def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
+    now = ctx.clock()
+    if job.next_attempt_at is not None and now < job.next_attempt_at + ctx.stuck_after:
+        # Its retry is not overdue yet (a long back-off or a provider's Retry-After): the message
+        # is still waiting in the queue. Only a retry that is late by `stuck_after` is re-sent.
+        return NOT_DUE
     if job.attempts >= ctx.max_attempts:
         return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED)
-    if store.touch(job, now=ctx.clock()) is None:
+    if store.touch(job, now=now) is None:
         return "skipped"
     _send(ctx, job)
     return "resent"
@@ -85,7 +92,11 @@ def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str) -> 
 
 
 def _send(ctx: CronContext, job: Job) -> None:
-    ctx.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
+    # A lost re-check is re-sent with the id it was waiting for, so it can still claim the row.
+    check = job.recheck_id if job.awaiting_provider else None
+    ctx.queues.send(
+        QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind, check=check), kind=job.kind
+    )
     logger.info(
         "stuck job re-sent", extra={"jobId": job.job_id, "kind": job.kind, "status": job.status.value}
     )

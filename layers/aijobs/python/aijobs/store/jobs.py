@@ -237,6 +237,7 @@ class JobStore:
                 "lease_expires_at": iso(now + lease),
                 "claim_id": uuid.uuid4().hex,
                 "awaiting_provider": False,
+                "next_attempt_at": None,
             },
             values={
                 ":queued": JobStatus.QUEUED.value,
@@ -249,24 +250,33 @@ class JobStore:
             lost_race_returns_none=True,
         )
 
-    def claim_recheck(self, job: Job, *, now: datetime, lease: timedelta) -> Job | None:
-        """Claim a job whose provider task is still running, *without* spending an attempt."""
+    def claim_recheck(self, job: Job, *, now: datetime, lease: timedelta, check: str) -> Job | None:
+        """Claim a job whose provider task is still running, *without* spending an attempt.
+
+        Only the re-check message that carries the row's current `recheck_id` wins, once: the id
+        is removed by the claim, so a duplicate of that message (or of an older one) finds
+        nothing to claim.
+        """
         return self._transition(
             job,
             JobStatus.RUNNING,
             now,
-            condition="#status = :running AND awaiting_provider = :true",
+            condition="#status = :running AND awaiting_provider = :true AND recheck_id = :check",
             sets={
                 "lease_expires_at": iso(now + lease),
                 "claim_id": uuid.uuid4().hex,
                 "awaiting_provider": False,
+                "recheck_id": None,
             },
-            values={":running": JobStatus.RUNNING.value, ":true": True},
+            values={":running": JobStatus.RUNNING.value, ":true": True, ":check": check},
             lost_race_returns_none=True,
         )
 
     def await_provider(self, job: Job, *, now: datetime, handle: str | None, hold: timedelta) -> Job:
-        """The provider is still working: keep `running`, remember its handle, release the claim."""
+        """The provider is still working: keep `running`, remember its handle, release the claim.
+
+        The returned row's `recheck_id` is what the next re-check message must carry.
+        """
         result = self._transition(
             job,
             JobStatus.RUNNING,
@@ -276,6 +286,7 @@ class JobStore:
                 "awaiting_provider": True,
                 "provider_handle": handle,
                 "provider_checks": ("provider_checks + :one", 1),
+                "recheck_id": uuid.uuid4().hex,
                 # If the re-check message is lost, the lease expiry lets the sweeper find the row.
                 "lease_expires_at": iso(now + hold),
             },
@@ -317,13 +328,20 @@ class JobStore:
         assert updated is not None
         return updated
 
-    def fail_retryable(self, job: Job, *, now: datetime, error_class: str, message: str) -> Job:
+    def fail_retryable(
+        self, job: Job, *, now: datetime, error_class: str, message: str, retry_at: datetime | None = None
+    ) -> Job:
+        """A failed attempt that may be retried, not before `retry_at` (back-off or Retry-After)."""
         updated = self._transition(
             job,
             JobStatus.FAILED_RETRYABLE,
             now,
             condition=_OWN_CLAIM,
-            sets={"last_error_class": error_class, "last_error_message": _clip(message)},
+            sets={
+                "last_error_class": error_class,
+                "last_error_message": _clip(message),
+                "next_attempt_at": iso(retry_at) if retry_at is not None else None,
+            },
             values=_claim_values(job),
             remove=("lease_expires_at",),
         )
@@ -356,6 +374,8 @@ class JobStore:
             "last_error_message": _clip(message),
             "dead_lettered": dead_lettered,
             "awaiting_provider": False,
+            "recheck_id": None,
+            "next_attempt_at": None,
         }
         if job.charge_state != CHARGE_RESERVED:
             updated = self._transition(
@@ -406,7 +426,14 @@ class JobStore:
                 "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
             },
             values=values,
-            remove=("lease_expires_at", "finished_at", "provider_handle", "started_at"),
+            remove=(
+                "lease_expires_at",
+                "finished_at",
+                "provider_handle",
+                "started_at",
+                "recheck_id",
+                "next_attempt_at",
+            ),
         )
         assert updated is not None
         return updated
@@ -621,6 +648,8 @@ def _from_item(item: dict[str, Any]) -> Job:
         awaiting_provider=bool(item.get("awaiting_provider", False)),
         provider_checks=int(item.get("provider_checks", 0)),
         provider_handle=item.get("provider_handle"),
+        recheck_id=item.get("recheck_id"),
+        next_attempt_at=moment("next_attempt_at"),
         claim_id=item.get("claim_id"),
         result=json.loads(item["result_json"]) if "result_json" in item else None,
         result_ref=item.get("result_ref"),

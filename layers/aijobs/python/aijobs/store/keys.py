@@ -64,5 +64,9 @@ SHARD_PK = "SHARD"
 CONFIG_PK = "CONFIG"
 
 
+def cron_run_pk(expression: str) -> str:
+    return f"CRONRUN#{expression}"
+
+
 def dead_letter_pk(kind: str) -> str:
     return f"DEADLETTER#{kind}"

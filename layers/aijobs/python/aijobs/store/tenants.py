@@ -6,12 +6,19 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from aijobs.domain import utcnow
+from aijobs.errors import AijobsError
 from aijobs.ids import new_api_key
 from aijobs.store.keys import API_KEY_SK, PK, PROFILE_SK, SHARD_PK, SK, api_key_pk, iso, user_pk
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
+
+
+class OrphanedShardError(AijobsError):
+    """The shard registry lists a shard that holds tenants but is not configured any more."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Directory:
         self.meta = meta
         self.shard_tables = shard_tables
         self._shard_of: dict[str, int] = {}
+        self._registered: set[int] = set()
 
     def shard_for(self, user_id: str) -> Table | None:
         """The user's shard table, or None for an unknown user."""
@@ -75,7 +83,27 @@ class Directory:
             ExpressionAttributeValues={":shard": shard, ":now": iso(utcnow())},
         )
         item = self.meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}, ConsistentRead=True)["Item"]
-        return int(item["shard"])  # type: ignore[arg-type]
+        index = int(item["shard"])  # type: ignore[arg-type]
+        self.register_shard(index)
+        return index
+
+    def register_shard(self, index: int) -> None:
+        """Record that shard `index` holds tenants (written once, on its first user; cached).
+
+        The registry outlives configuration changes: if SHARD_COUNT is ever lowered below a shard
+        that holds users, maintenance fails loudly instead of silently skipping their credits.
+        """
+        if index in self._registered:
+            return
+        try:
+            self.meta.put_item(
+                Item={PK: SHARD_PK, SK: str(index), "status": "active", "registered_at": iso(utcnow())},
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+        self._registered.add(index)
 
     def create_api_key(self, user_id: str, *, role: str = "user", label: str = "") -> str:
         """Issue a key for a user (creating the user); the plaintext is returned once, never stored."""
@@ -97,10 +125,32 @@ class Directory:
         return key
 
     def active_shards(self) -> list[int]:
-        """Shard indexes marked active in the registry; every configured shard when none is listed."""
-        items: list[dict[str, Any]] = self.meta.query(
-            KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": SHARD_PK}
-        )["Items"]
-        if not items:
-            return list(range(len(self.shard_tables)))
-        return sorted(int(str(i[SK])) for i in items if i.get("status") == "active")
+        """Every shard a user can be on, for the cron jobs to visit: all configured shard tables
+        (users are hashed over all of them, so each may hold tenants at any moment).
+
+        Raises `OrphanedShardError` when the registry lists a shard that holds tenants but is no
+        longer configured: their credits would never expire, so the run must fail loudly.
+        """
+        configured = list(range(len(self.shard_tables)))
+        orphaned = sorted(set(self.registered_shards()) - set(configured))
+        if orphaned:
+            raise OrphanedShardError(
+                f"shards {orphaned} hold tenants but SHARD_COUNT is {len(self.shard_tables)}: "
+                "restore SHARD_COUNT (shards can be added, never removed)"
+            )
+        return configured
+
+    def registered_shards(self) -> list[int]:
+        """Shard indexes the registry records as holding tenants."""
+        query: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": SHARD_PK},
+            "ConsistentRead": True,
+        }
+        indexes: list[int] = []
+        while True:
+            response = self.meta.query(**query)
+            indexes.extend(int(str(item[SK])) for item in response["Items"])
+            if "LastEvaluatedKey" not in response:
+                return sorted(indexes)
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
