@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -138,3 +139,44 @@ def test_jwt_mode_puts_a_jwt_authorizer_on_every_route(capped: Synth) -> None:
         assert route["Properties"]["AuthorizerId"] == {"Ref": authorizer_id}
     (api,) = capped.functions_by_handler("api.handler.handler").values()
     assert api["Environment"]["Variables"]["AUTH_MODE"] == "jwt"
+
+
+def _statements_of(synth: Synth, handler: str) -> list[dict[str, Any]]:
+    (function_id,) = synth.functions_by_handler(handler).values()
+    role = target_id(function_id["Role"])
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if role in [target_id(r) for r in policy["Properties"]["Roles"]]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_cron_dispatcher_may_write_only_its_run_records_in_the_meta_table(dev: Synth) -> None:
+    (meta_id,) = [
+        logical_id
+        for logical_id, table in dev.resources("AWS::DynamoDB::Table").items()
+        if "Meta" in logical_id
+    ]
+    writes = [
+        s
+        for s in _statements_of(dev, "cron_dispatcher.handler.handler")
+        if any(a in ("dynamodb:PutItem", "dynamodb:UpdateItem") for a in _actions(s))
+        and meta_id in json.dumps(s["Resource"])
+    ]
+    (statement,) = writes
+    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["CRONRUN#*"]}}
+
+
+def test_producer_may_read_uploaded_inputs_to_check_they_exist(dev: Synth) -> None:
+    reads = [
+        s
+        for s in _statements_of(dev, "api.handler.handler")
+        if "s3:GetObject*" in _actions(s) and "/inputs/*" in json.dumps(s["Resource"])
+    ]
+    assert reads
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else list(actions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ class Api:
         user: str | None = "alice",
         body: Any = ...,
         raw_body: str | None = None,
+        base64_body: bytes | str | None = None,
+        method: str | None = None,
         path: str | None = None,
         query: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
@@ -62,6 +65,12 @@ class Api:
             event["body"] = json.dumps(body)
         if raw_body is not None:
             event["body"] = raw_body
+        if base64_body is not None:  # as the gateway sends a body it took for binary (str: as is)
+            encoded = base64_body if isinstance(base64_body, str) else base64.b64encode(base64_body).decode()
+            event["body"] = encoded
+            event["isBase64Encoded"] = True
+        if method is not None:
+            event["requestContext"]["http"]["method"] = method
         if path is not None:
             event["rawPath"] = event["requestContext"]["http"]["path"] = path
         if query is not None:
@@ -259,6 +268,32 @@ def test_schema_errors_name_the_field(api: Api) -> None:
     assert "body.kind" in [problem["path"] for problem in body["details"]]
     _s, _h, body = api.call("api-post-jobs.json", body={"kind": "summary", "input": "x" * 20_000})
     assert "inputRef" in body["details"]["hint"]
+
+
+def test_an_input_ref_to_a_missing_object_is_a_422_at_submit(api: Api) -> None:
+    balance = api.stage.store_for("alice").ledger.account("alice").balance
+    body = {"kind": "image-caption", "inputRef": "inputs/alice/never-uploaded.png"}
+    status, _h, error = api.call("api-post-jobs.json", body=body)
+    assert (status, error["code"]) == (422, "input_ref_not_found")
+    assert "upload" in error["message"]
+    assert error["details"] == {"inputRef": "inputs/alice/never-uploaded.png"}
+    # Refused before anything was written, sent or charged.
+    assert _queued(api.stage, "image-caption") == []
+    assert api.stage.store_for("alice").list_jobs("alice").jobs == []
+    assert api.stage.store_for("alice").ledger.account("alice").balance == balance
+    # Once uploaded, the same request is accepted.
+    boto3.client("s3").put_object(
+        Bucket=api.stage.resources.bucket, Key="inputs/alice/never-uploaded.png", Body=b"\x89PNG"
+    )
+    status, _h, accepted = api.call("api-post-jobs.json", body=body)
+    assert status == 202, accepted
+
+
+def test_input_size_reads_the_object_or_says_none(api: Api) -> None:
+    results = runtime.api_service().results
+    boto3.client("s3").put_object(Bucket=api.stage.resources.bucket, Key="inputs/alice/a.txt", Body=b"12345")
+    assert results.input_size("inputs/alice/a.txt") == 5
+    assert results.input_size("inputs/alice/missing.txt") is None
 
 
 @pytest.mark.parametrize(

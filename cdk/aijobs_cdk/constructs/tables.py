@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from aijobs.stage_config import StageConfig
-from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
+from aijobs.store.keys import CRON_RUN_PREFIX, META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
 
 # Key and index names are the runtime's (aijobs.store.keys); TABLES.md documents them.
 
@@ -20,6 +22,17 @@ class Tables(Construct):
         self._config = config
         self.meta = self._table("Meta", META_INDEXES)
         self.shards = [self._table(f"Shard{index}", SHARD_INDEXES) for index in range(config.shard_count)]
+
+    def grant_cron_run_records(self, fn: lambda_.IFunction) -> None:
+        """The cron dispatcher claims each scheduled run in the meta table (one run per firing); it
+        may write those items and nothing else there."""
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:PutItem", "dynamodb:UpdateItem"],
+                resources=[self.meta.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{CRON_RUN_PREFIX}*"]}},
+            )
+        )
 
     @property
     def all_tables(self) -> list[dynamodb.Table]:

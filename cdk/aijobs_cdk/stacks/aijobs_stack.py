@@ -113,6 +113,7 @@ class AijobsStack(Stack):
                 shard.grant_read_write_data(fn)
         for fn in (dispatcher, *(q.consumer for q in queues)):
             tables.meta.grant_read_data(fn)
+        tables.grant_cron_run_records(dispatcher)
         # With JWT auth the producer gives a new identity its tenant on its first request.
         if config.auth_mode == "jwt":
             tables.meta.grant_read_write_data(producer)
@@ -122,8 +123,10 @@ class AijobsStack(Stack):
         tables.meta.grant_read_write_data(dead_letters.consumer)
         for fn in (dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
             alerts.topic.grant_publish(fn)
-        # Producer: uploads inputs, reads results. Consumers: read inputs, write results.
+        # Producer: uploads inputs, checks at submit that an `inputRef` exists (HeadObject needs
+        # read), reads results. Consumers: read inputs, write results.
         storage.bucket.grant_put(producer, f"{INPUTS_PREFIX}*")
+        storage.bucket.grant_read(producer, f"{INPUTS_PREFIX}*")
         storage.bucket.grant_read(producer, f"{RESULTS_PREFIX}*")
         for job_queue in queues:
             storage.bucket.grant_read(job_queue.consumer, f"{INPUTS_PREFIX}*")

@@ -1,12 +1,18 @@
 """The HTTP API routes (powertools resolver for API Gateway HTTP API payload v2).
 
 Client mistakes always get a 4xx JSON body `{code, message, details}`; see `_error_response`.
+`resolve()` screens the raw event before routing (method, media type, body encoding, size and
+JSON depth), so a hostile body never reaches a recursive parser or serializer.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Callable
+import math
+import re
+from collections.abc import Callable, Iterable
+from functools import lru_cache
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -15,6 +21,8 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError as Rout
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import BaseModel
 
 from aijobs.api.schemas import (
@@ -28,13 +36,35 @@ from aijobs.api.schemas import (
     JobView,
     Links,
 )
-from aijobs.api.service import JobService
+from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, JobService
 from aijobs.domain import JobStatus
-from aijobs.errors import RequestError, ServiceUnavailableError, UnauthorizedError, UnsupportedMediaTypeError
+from aijobs.errors import (
+    BodyTooLargeError,
+    InputTooLargeError,
+    InvalidBodyEncodingError,
+    InvalidInputError,
+    JsonTooDeepError,
+    MethodNotAllowedError,
+    ProviderError,
+    RequestError,
+    ServiceUnavailableError,
+    ThrottledError,
+    UnauthorizedError,
+    UnsupportedMediaTypeError,
+)
 from aijobs.observability import logger
 
 PUBLIC_PATHS = frozenset({"/openapi.json"})
 API_VERSION = "1"
+# Far above any legitimate request: the largest configurable inline input (256 KiB) with every
+# character JSON-escaped as \uXXXX is 1.5 MiB. Lambda itself would take up to 6 MB.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+# Legitimate bodies nest a few levels (`input` / `options` objects); parsers and pydantic recurse.
+MAX_JSON_DEPTH = 32
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# A JSON string (to its closing quote, or to the end if unterminated) or one bracket. Possessive
+# quantifiers keep the scan linear on long strings.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]', re.DOTALL)
 
 app = APIGatewayHttpResolver(enable_validation=True)
 _service_factory: Callable[[], JobService] | None = None
@@ -60,13 +90,26 @@ def _json(
     )
 
 
-def _error_response(status: int, code: str, message: str, details: Any = None) -> Response[Any]:
-    headers = {}
+def _error_headers(status: int, retry_after: float | None = None) -> dict[str, str]:
+    headers: dict[str, str] = {}
     if status == HTTPStatus.UNAUTHORIZED:
         headers["WWW-Authenticate"] = "Bearer"
     if status == HTTPStatus.SERVICE_UNAVAILABLE:
-        headers["Retry-After"] = "5"
-    return _json(status, ErrorBody(code=code, message=message, details=details), headers)
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after or 5)))
+    return headers
+
+
+def _error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    retry_after: float | None = None,
+) -> Response[Any]:
+    all_headers = _error_headers(status, retry_after) | (headers or {})
+    return _json(status, ErrorBody(code=code, message=message, details=details), all_headers)
 
 
 def _authenticate(
@@ -77,7 +120,7 @@ def _authenticate(
         claims = event.raw_event.get("requestContext", {}).get("authorizer", {}).get("jwt", {}).get("claims")
         principal = service().authenticate(event.headers.get("authorization"), claims)
         resolver.append_context(principal=principal)  # type: ignore[no-untyped-call]
-        logger.append_keys(userId=principal.user_id)
+        logger.thread_safe_append_keys(userId=principal.user_id)
     return next_middleware(resolver)
 
 
@@ -89,6 +132,24 @@ def _request_error(error: RequestError) -> Response[Any]:
     if isinstance(error, ServiceUnavailableError):
         logger.warning("request refused: dependency unavailable", extra={"code": error.code})
     return _error_response(error.status, error.code, error.message, error.details)
+
+
+# The synchronous path calls the provider inside the request: its classified errors become HTTP
+# here (the queued path records them on the job row instead). Most specific class first.
+_PROVIDER_ERRORS: tuple[tuple[type[ProviderError], int, str, str], ...] = (
+    (InvalidInputError, 422, "invalid_input", "the provider refused the input"),
+    (InputTooLargeError, 413, "input_too_large", "the input is too large for the provider"),
+    (ThrottledError, 503, "provider_throttled", "the provider is busy; retry later"),
+    (ProviderError, 503, "provider_unavailable", "the provider is unavailable; retry later"),
+)
+
+
+@app.exception_handler(ProviderError)  # type: ignore[untyped-decorator]
+def _provider_error(error: ProviderError) -> Response[Any]:
+    status, code, message = next((s, c, m) for cls, s, c, m in _PROVIDER_ERRORS if isinstance(error, cls))
+    logger.warning("provider call refused", extra={"code": code, "errorClass": error.error_class})
+    retry_after = error.retry_after if isinstance(error, ThrottledError) else None
+    return _error_response(status, code, message, retry_after=retry_after)
 
 
 @app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
@@ -118,6 +179,56 @@ def _unexpected(_error: Exception) -> Response[Any]:
     return _error_response(500, "internal_error", "something went wrong on our side")
 
 
+# --- the OpenAPI contract ------------------------------------------------------------------------
+
+_ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "malformed JSON, body encoding, header or cursor; or JSON nested too deep",
+    401: "missing or invalid API key",
+    402: "not enough credits",
+    404: "no such job (or another user's)",
+    409: "Idempotency-Key reused with another body, or credits changed meanwhile",
+    413: "body or inline input too large",
+    415: "the body is not `application/json`",
+    422: "schema error (with field paths), unknown kind, or a missing or foreign input object",
+    500: "unexpected failure on our side",
+    503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
+}
+_ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+}
+# Every authenticated operation can answer these; each route adds what its own logic can refuse.
+_COMMON_ERRORS = (401, 422, 500)
+
+
+def _responses(
+    status: int,
+    description: str,
+    *errors: int,
+    model: type[BaseModel] | None = None,
+    headers: dict[str, Any] | None = None,
+) -> dict[int, OpenAPIResponse]:
+    """One operation's documented responses: its success, and every error with the ErrorBody schema.
+
+    Without `model` the success schema comes from the route's return annotation.
+    """
+    success: OpenAPIResponse = {"description": description}
+    if model is not None:
+        success["content"] = {"application/json": {"model": model}}
+    if headers:
+        success["headers"] = headers
+    documented: dict[int, OpenAPIResponse] = {status: success}
+    for code in sorted({*_COMMON_ERRORS, *errors}):
+        error: OpenAPIResponse = {
+            "description": _ERROR_DESCRIPTIONS[code],
+            "content": {"application/json": {"model": ErrorBody}},
+        }
+        if code in _ERROR_HEADERS:
+            error["headers"] = _ERROR_HEADERS[code]
+        documented[code] = error
+    return documented
+
+
 def _principal() -> Any:
     principal = app.context.get("principal")
     if principal is None:
@@ -128,32 +239,23 @@ def _principal() -> Any:
 @app.post(
     "/jobs",
     summary="Submit a job",
-    responses={
-        202: {"description": "accepted and queued", "content": {"application/json": {"model": JobAccepted}}},
-        400: {
-            "description": "malformed JSON or header",
-            "content": {"application/json": {"model": ErrorBody}},
-        },
-        402: {"description": "not enough credits", "content": {"application/json": {"model": ErrorBody}}},
-        401: {
-            "description": "missing or invalid API key",
-            "content": {"application/json": {"model": ErrorBody}},
-        },
-        409: {"description": "Idempotency-Key reused", "content": {"application/json": {"model": ErrorBody}}},
-        413: {"description": "inline input too large", "content": {"application/json": {"model": ErrorBody}}},
-        422: {
-            "description": "schema error or unknown kind",
-            "content": {"application/json": {"model": ErrorBody}},
-        },
-        503: {
-            "description": "queue unavailable; retry",
-            "content": {"application/json": {"model": ErrorBody}},
-        },
-    },
-)
+    operation_id="createJob",
+    tags=["jobs"],
+    responses=_responses(
+        202,
+        "accepted and queued (or the same job again, for a replayed Idempotency-Key)",
+        400, 402, 409, 413, 415, 503,
+        model=JobAccepted,
+        headers={"Location": {"description": "the job's URL", "schema": {"type": "string"}}},
+    ),
+)  # fmt: skip
 def create_job(
     body: JobRequest,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: Annotated[
+        str | None,
+        # Documented, but checked by the service: a bad key is a 400, not a schema error.
+        Header(alias="Idempotency-Key", json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN}),
+    ] = None,
 ) -> Response[JobAccepted]:
     job, replayed = service().submit(_principal(), body, idempotency_key)
     accepted = JobAccepted(
@@ -171,12 +273,24 @@ def create_job(
     )
 
 
-@app.get("/jobs/<job_id>", summary="Get one of your jobs")
+@app.get(
+    "/jobs/<job_id>",
+    summary="Get one of your jobs",
+    operation_id="getJob",
+    tags=["jobs"],
+    responses=_responses(200, "the job", 404),
+)
 def get_job(job_id: str) -> JobView:
     return service().view(service().get(_principal(), job_id))
 
 
-@app.get("/jobs", summary="List your jobs, newest first")
+@app.get(
+    "/jobs",
+    summary="List your jobs, newest first",
+    operation_id="listJobs",
+    tags=["jobs"],
+    responses=_responses(200, "one page of your jobs", 400),
+)
 def list_jobs(
     status: Annotated[JobStatus | None, Query()] = None,
     kind: Annotated[str | None, Query(max_length=80)] = None,
@@ -188,12 +302,24 @@ def list_jobs(
     return JobList(jobs=[svc.view(job) for job in page.jobs], nextCursor=page.cursor)
 
 
-@app.get("/credits", summary="Your credit balance, grants and recent transactions")
+@app.get(
+    "/credits",
+    summary="Your credit balance, grants and recent transactions",
+    operation_id="getCredits",
+    tags=["credits"],
+    responses=_responses(200, "your credits"),
+)
 def get_credits(limit: Annotated[int, Query(ge=1, le=100)] = 20) -> CreditsView:
     return service().credits(_principal(), limit=limit)
 
 
-@app.post("/classify", summary="Classify a short text synchronously (no queue)")
+@app.post(
+    "/classify",
+    summary="Classify a short text synchronously (no queue)",
+    operation_id="classify",
+    tags=["classify"],
+    responses=_responses(200, "the label", 400, 413, 415, 503),
+)
 def classify(body: ClassifyRequest) -> ClassifyResponse:
     _principal()
     result = service().classify(body.text)
@@ -204,31 +330,124 @@ def classify(body: ClassifyRequest) -> ClassifyResponse:
 
 @app.get("/openapi.json", include_in_schema=False)
 def openapi() -> Response[Any]:
-    document = app.get_openapi_json_schema(
-        title="aijobs",
-        version=API_VERSION,
-        description="Submit asynchronous AI jobs and poll their status.",
-        security_schemes={"apiKey": HTTPBearer(description="Authorization: Bearer <api key>")},
-        security=[{"apiKey": []}],
-    )
+    document = _openapi_document(tuple(service().queues.kinds))
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=document)
 
 
-def resolve(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """The Lambda entry: refuse non-JSON bodies first (schema validation would half-parse a
-    form-encoded body into confusing errors), then route."""
-    method = event.get("requestContext", {}).get("http", {}).get("method", "")
-    headers = {key.lower(): value for key, value in (event.get("headers") or {}).items()}
-    content_type = (headers.get("content-type") or "").split(";")[0].strip().lower()
-    if method in ("POST", "PUT", "PATCH") and content_type != "application/json":
-        error = UnsupportedMediaTypeError(
-            f"send the body as JSON with `Content-Type: application/json` (got {content_type or 'none'!r})"
+@lru_cache(maxsize=4)
+def _openapi_document(kinds: tuple[str, ...]) -> str:
+    """The generated document, with what the generator cannot express patched in.
+
+    The stage's kinds are configuration, not code: `kind` becomes an enum of them here.
+    """
+    document: dict[str, Any] = json.loads(
+        app.get_openapi_json_schema(
+            title="aijobs",
+            version=API_VERSION,
+            description=(
+                "Submit asynchronous AI jobs and poll their status. Every error is an `ErrorBody`; "
+                "a known path called with another method answers 405 with an `Allow` header."
+            ),
+            security_schemes={"apiKey": HTTPBearer(description="Authorization: Bearer <api key>")},
+            security=[{"apiKey": []}],
         )
-        body = ErrorBody(code=error.code, message=error.message).model_dump_json()
+    )
+    kind_schema = {"type": "string", "enum": list(kinds)}
+    document["components"]["schemas"]["JobRequest"]["properties"]["kind"].update(kind_schema)
+    for parameter in document["paths"]["/jobs"]["get"].get("parameters", []):
+        if parameter["name"] == "kind":
+            parameter["schema"] = {**kind_schema, "title": "Kind"}
+    return json.dumps(document)
+
+
+# --- the Lambda entry ------------------------------------------------------------------------------
+
+
+def resolve(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry: screen the raw request, then route.
+
+    A wrong method on a known path is a 405; a body must be JSON (schema validation would half-parse
+    a form-encoded body into confusing errors), valid UTF-8 (base64 bodies are decoded here), of a
+    sane size and nesting depth. The router then sees the decoded text.
+    """
+    method = str(event.get("requestContext", {}).get("http", {}).get("method", "")).upper()
+    allowed = _allowed_methods(APIGatewayProxyEventV2(event).path)
+    try:
+        if allowed and method not in allowed:
+            raise MethodNotAllowedError(
+                f"{method or 'this method'} is not allowed here", details={"allowed": allowed}
+            )
+        if allowed and method in _BODY_METHODS:
+            event = _screened_body(event)
+    except RequestError as error:
+        logger.warning("request refused before routing", extra={"code": error.code, "status": error.status})
+        extra = {"Allow": ", ".join(allowed)} if isinstance(error, MethodNotAllowedError) else {}
+        refusal = ErrorBody(code=error.code, message=error.message, details=error.details)
         return {
             "statusCode": error.status,
-            "headers": {"Content-Type": "application/json"},
-            "body": body,
+            "headers": {"Content-Type": "application/json", **_error_headers(error.status), **extra},
+            "body": refusal.model_dump_json(),
             "isBase64Encoded": False,
         }
     return app.resolve(event, context)
+
+
+def _allowed_methods(path: str) -> list[str]:
+    """The methods registered for `path`: powertools answers 404 for a method mismatch, we 405."""
+    routes: Iterable[Any] = [*app._static_routes, *app._dynamic_routes]
+    return sorted({route.method for route in routes if route.rule.match(path)})
+
+
+def _screened_body(event: dict[str, Any]) -> dict[str, Any]:
+    """The event with its body as checked UTF-8 text (never base64), or a RequestError."""
+    headers = {key.lower(): value for key, value in (event.get("headers") or {}).items()}
+    content_type = str(headers.get("content-type") or "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise UnsupportedMediaTypeError(
+            f"send the body as JSON with `Content-Type: application/json` (got {content_type or 'none'!r})"
+        )
+    body = event.get("body")
+    if not body:
+        return event
+    if event.get("isBase64Encoded"):
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except ValueError:  # binascii.Error, or non-ASCII text
+            raise InvalidBodyEncodingError("the body is not valid base64", code="invalid_base64") from None
+    else:
+        try:
+            raw = body.encode("utf-8")
+        except UnicodeEncodeError:  # unpaired surrogates smuggled into a text body
+            raise InvalidBodyEncodingError("the body is not valid UTF-8") from None
+    if len(raw) > MAX_BODY_BYTES:
+        raise BodyTooLargeError(
+            f"the body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}",
+            details={"limit": MAX_BODY_BYTES},
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidBodyEncodingError("the body is not valid UTF-8") from None
+    if json_depth_exceeds(text, MAX_JSON_DEPTH):
+        raise JsonTooDeepError(
+            f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels", details={"limit": MAX_JSON_DEPTH}
+        )
+    return {**event, "body": text, "isBase64Encoded": False}
+
+
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """True when `text` opens more than `limit` nested arrays/objects, found without recursion.
+
+    Brackets inside strings do not count. On invalid JSON the count may be off after the first
+    error, but a parser stops there too, so it never recurses deeper than this scan saw.
+    """
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in ("]", "}"):
+            depth -= 1
+    return False

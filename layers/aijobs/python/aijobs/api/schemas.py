@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aijobs.domain import JobStatus
+
+
+def require_utf8(value: Any) -> Any:
+    """Refuse strings that UTF-8 cannot encode, anywhere in `value` (keys included).
+
+    JSON escapes of unpaired surrogates (`"\\ud800"`) parse into such strings; DynamoDB, S3 and the
+    providers would refuse them later, so they are a schema error at the door.
+    """
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no unpaired surrogates such as \\ud800)") from None
+    return value
 
 
 class JobRequest(BaseModel):
@@ -26,6 +40,8 @@ class JobRequest(BaseModel):
     )
     model: str | None = Field(default=None, max_length=120, description="provider model override")
     options: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
+
+    _utf8 = field_validator("kind", "input", "inputRef", "model", "options")(require_utf8)
 
     @model_validator(mode="after")
     def _one_input(self) -> JobRequest:
@@ -81,7 +97,11 @@ class JobList(BaseModel):
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1, max_length=10_000)
+    text: str = Field(
+        min_length=1, max_length=10_000, pattern=r"\S", description="at least one non-blank character"
+    )
+
+    _utf8 = field_validator("text")(require_utf8)
 
 
 class ClassifyResponse(BaseModel):

@@ -24,6 +24,7 @@ from aijobs.api.schemas import (
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
     ConflictError,
+    InputRefNotFoundError,
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
@@ -39,10 +40,17 @@ from aijobs.store.jobs import IdempotencyKeyExists, JobStore, Page
 from aijobs.store.results import ResultStore, input_ref_is_owned
 from aijobs.store.tenants import Directory, Principal
 
-_IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+# What `new_job_id` makes: anything else cannot be a job (and could exceed DynamoDB's key size).
+_JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 
 
 def request_hash(request: JobRequest) -> str:
+    """Fingerprint of a request, to tell an idempotent replay from a reused key.
+
+    The request's depth is bounded before it gets here (see `aijobs.api.app.MAX_JSON_DEPTH`).
+    """
     canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -212,13 +220,23 @@ class JobService:
                         "hint": f"upload the input to inputs/{principal.user_id}/<name> and send `inputRef`",
                     },
                 )
-        if request.inputRef is not None and not input_ref_is_owned(request.inputRef, principal.user_id):
-            raise UnprocessableError(
-                f"inputRef must name an object under inputs/{principal.user_id}/", code="invalid_input_ref"
-            )
+        if request.inputRef is not None:
+            if not input_ref_is_owned(request.inputRef, principal.user_id):
+                raise UnprocessableError(
+                    f"inputRef must name an object under inputs/{principal.user_id}/",
+                    code="invalid_input_ref",
+                )
+            # A missing object would only fail later, in the consumer, after credits were reserved.
+            if self.results.input_size(request.inputRef) is None:
+                raise InputRefNotFoundError(
+                    f"inputRef {request.inputRef!r} does not exist: upload the input first, then submit",
+                    details={"inputRef": request.inputRef},
+                )
 
     def get(self, principal: Principal, job_id: str) -> Job:
-        job = self._store(principal).get(principal.user_id, job_id)
+        """The caller's job; a malformed id, a missing job and another tenant's job are all 404."""
+        store = self._store(principal)
+        job = store.get(principal.user_id, job_id) if _JOB_ID.fullmatch(job_id) else None
         if job is None:  # another tenant's job is indistinguishable from a missing one
             raise NotFoundError(f"no job {job_id!r}")
         return job

@@ -64,8 +64,11 @@ SHARD_PK = "SHARD"
 CONFIG_PK = "CONFIG"
 
 
+CRON_RUN_PREFIX = "CRONRUN#"
+
+
 def cron_run_pk(expression: str) -> str:
-    return f"CRONRUN#{expression}"
+    return f"{CRON_RUN_PREFIX}{expression}"
 
 
 def dead_letter_pk(kind: str) -> str:

@@ -6,6 +6,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from aijobs.providers.base import Artifact
 
 if TYPE_CHECKING:
@@ -57,6 +59,17 @@ class ResultStore:
 
     def read_input(self, input_ref: str) -> bytes:
         return self._s3.get_object(Bucket=self._bucket, Key=input_ref)["Body"].read()
+
+    def input_size(self, key: str) -> int | None:
+        """The size in bytes of an uploaded input, or None when there is no such object."""
+        try:
+            head = self._s3.head_object(Bucket=self._bucket, Key=key)
+        except ClientError as error:
+            # HEAD has no error body: a missing key is the bare status "404" (NoSuchKey elsewhere).
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return int(head["ContentLength"])
 
     def download_url(self, key: str) -> str:
         """A short-lived presigned GET (signed locally: no network call)."""
