@@ -25,7 +25,7 @@ node_modules/.bootstrapped: package.json package-lock.json
 	touch $@
 
 ## The whole test suite: lint, types, unit + integration + infra tests.
-test: bootstrap lint typecheck pytest
+test: bootstrap lint typecheck pytest fuzz
 
 lint: bootstrap
 	$(BIN)/ruff check .
@@ -40,6 +40,21 @@ typecheck: bootstrap
 
 pytest: bootstrap
 	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+
+## Fuzz the HTTP API from its OpenAPI document (schemathesis against the local stack; ~90 s).
+## schemathesis lives in its own venv: its dependency pins clash with the project's.
+.PHONY: fuzz
+FUZZ_VENV := .venv-fuzz
+SCHEMATHESIS_VERSION := 4.32.5
+fuzz: bootstrap $(FUZZ_VENV)/.bootstrapped-$(SCHEMATHESIS_VERSION)
+	$(BIN)/python scripts/fuzz_api.py $(FUZZ_ARGS)
+
+$(FUZZ_VENV)/.bootstrapped-$(SCHEMATHESIS_VERSION):
+	rm -rf $(FUZZ_VENV) && $(PYTHON) -m venv $(FUZZ_VENV)
+	echo '*' > $(FUZZ_VENV)/.gitignore
+	$(FUZZ_VENV)/bin/pip install --quiet --upgrade pip
+	$(FUZZ_VENV)/bin/pip install --quiet "schemathesis==$(SCHEMATHESIS_VERSION)"
+	touch $@
 
 ## Start the whole system locally (moto, HTTP API on localhost:8080, pollers, schedules). Ctrl-C stops it.
 dev: bootstrap
@@ -68,5 +83,12 @@ lock:
 demo: bootstrap
 	$(BIN)/aijobs demo --info-file .aijobs/local.json
 
+## Chaos soak on its own local stack, then the invariant report (exit 1 on any violation).
+## `make soak JOBS=3000 USERS=20` is the long run; CI runs a short one inside `make test`.
+.PHONY: soak
+soak: bootstrap
+	$(BIN)/aijobs soak --jobs $(or $(JOBS),300) --users $(or $(USERS),6) --seed $(or $(SEED),1)
+
 clean:
 	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(FUZZ_VENV)

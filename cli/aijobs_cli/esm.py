@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aijobs.providers.local import SimulatedCrash
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
@@ -62,6 +64,35 @@ def sqs_record(message: MessageTypeDef, queue_arn: str) -> dict[str, Any]:
         "eventSourceARN": queue_arn,
         "awsRegion": region,
     }
+
+
+class InvalidBatchResponse(Exception):
+    """A partial batch response Lambda would not accept: the whole batch counts as failed."""
+
+
+def reported_failures(response: Any, batch_ids: list[str]) -> set[str]:
+    """The message ids a partial batch response reports as failed, read as Lambda reads it.
+
+    No response, or no/empty `batchItemFailures`, is complete success. An item without an
+    `itemIdentifier`, with an empty one, or with one that names no message of the batch, fails the
+    whole batch (InvalidBatchResponse), as it does in AWS: nothing is deleted, all reappear.
+    """
+    if response is None:
+        return set()
+    items = response.get("batchItemFailures") if isinstance(response, dict) else None
+    if not items:
+        return set()
+    if not isinstance(items, list):
+        raise InvalidBatchResponse(f"batchItemFailures is not a list: {type(items).__name__}")
+    failed = set()
+    for item in items:
+        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
+        if not isinstance(identifier, str) or not identifier:
+            raise InvalidBatchResponse(f"batchItemFailures item without an itemIdentifier: {item!r}")
+        if identifier not in batch_ids:
+            raise InvalidBatchResponse(f"itemIdentifier {identifier!r} is not a message of the batch")
+        failed.add(identifier)
+    return failed
 
 
 @dataclass
@@ -123,12 +154,17 @@ class QueueMapping:
         self.invocations += 1
         try:
             response = self.handler(event, LambdaContext(function_name=self.function_name))
-        except Exception as error:
-            # A failed invocation returns the whole batch to the queue, as in AWS.
+        except (Exception, SimulatedCrash) as error:
+            # A failed invocation returns the whole batch to the queue, as in AWS; so does one
+            # killed mid-way (`#crash`: like a timeout, it leaves the rows it claimed leased).
             return BatchOutcome(
                 received=len(messages), failed_ids=[m["MessageId"] for m in messages], error=error
             )
-        failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])}
+        ids = [m["MessageId"] for m in messages]
+        try:
+            failed = reported_failures(response, ids)
+        except InvalidBatchResponse as error:
+            return BatchOutcome(received=len(messages), failed_ids=ids, response=response, error=error)
         done = [m for m in messages if m["MessageId"] not in failed]
         for start in range(0, len(done), 10):
             chunk = done[start : start + 10]

@@ -13,20 +13,25 @@ Every function runs from its own settings model, validated exactly as in Lambda.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
-import time
-from collections.abc import Callable
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from email.message import Message
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 
@@ -36,13 +41,20 @@ from aijobs.scheduled.maintenance import write_retention
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings
 from aijobs.stage_config import StageConfig
+from aijobs.store.tenants import Directory
 from aijobs_cli.esm import LambdaContext, QueueMapping
 from aijobs_cli.resources import StageResources, provision
 
 LOCAL_REGION = "us-east-1"
 DEMO_USER = "demo"
 DEMO_CREDITS = 10_000
+# The user behind the operator key that the /_local/ control endpoints require.
+OPERATOR_USER = "local-operator"
 ADMIN_PREFIX = "/_local/"
+# API Gateway refuses request payloads over 10 MB; so does the local API.
+MAX_BODY_BYTES = 10 * 1024 * 1024
+# How long a client may keep the server waiting for the rest of its request (line, headers, body).
+READ_TIMEOUT_SECONDS = 5.0
 
 
 def free_port() -> int:
@@ -63,20 +75,39 @@ def local_environment(endpoint_url: str) -> dict[str, str]:
     }
 
 
-def api_event(method: str, raw_path: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2) event, as the gateway would send it to the producer."""
+def query_parameters(raw_query: str) -> dict[str, str]:
+    """`queryStringParameters` as API Gateway HTTP API builds them: URL-decoded (`%6D` is `m`,
+    `+` a space), blank values kept, a repeated key's values joined with commas (payload v2)."""
+    values: dict[str, list[str]] = {}
+    for key, value in parse_qsl(raw_query, keep_blank_values=True):
+        values.setdefault(key, []).append(value)
+    return {key: ",".join(joined) for key, joined in values.items()}
+
+
+def gateway_headers(headers: Message) -> dict[str, str]:
+    """Request headers as payload v2 carries them: lower-cased names, repeated ones comma-joined."""
+    joined: dict[str, list[str]] = {}
+    for key, value in headers.items():
+        joined.setdefault(key.lower(), []).append(value)
+    return {key: ",".join(values) for key, values in joined.items()}
+
+
+def api_event(method: str, raw_path: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload v2) event, as the gateway would send it to the producer.
+
+    The body is passed as the gateway passes it: UTF-8 text as is, anything else base64-encoded
+    with `isBase64Encoded` true (never decoded with replacement characters)."""
     parts = urlsplit(raw_path)
-    query: dict[str, str] = {}
-    for pair in filter(None, parts.query.split("&")):
-        key, _, value = pair.partition("=")
-        query[key] = value
+    query = query_parameters(parts.query)
+    lowered = {key.lower(): value for key, value in headers.items()}
+    cookie = lowered.pop("cookie", None)
     now = datetime.now(UTC)
     event: dict[str, Any] = {
         "version": "2.0",
         "routeKey": "$default",
         "rawPath": parts.path,
         "rawQueryString": parts.query,
-        "headers": {key.lower(): value for key, value in headers.items()},
+        "headers": lowered,
         "requestContext": {
             "accountId": "123456789012",
             "apiId": "local",
@@ -86,9 +117,9 @@ def api_event(method: str, raw_path: str, headers: dict[str, str], body: bytes) 
                 "path": parts.path,
                 "protocol": "HTTP/1.1",
                 "sourceIp": "127.0.0.1",
-                "userAgent": headers.get("User-Agent", ""),
+                "userAgent": lowered.get("user-agent", ""),
             },
-            "requestId": f"local-{time.monotonic_ns()}",
+            "requestId": f"local-{uuid.uuid4().hex}",
             "routeKey": "$default",
             "stage": "$default",
             "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
@@ -96,11 +127,168 @@ def api_event(method: str, raw_path: str, headers: dict[str, str], body: bytes) 
         },
         "isBase64Encoded": False,
     }
+    if cookie:
+        event["cookies"] = [part.strip() for part in cookie.split(";") if part.strip()]
     if query:
         event["queryStringParameters"] = query
     if body:
-        event["body"] = body.decode("utf-8", errors="replace")
+        try:
+            event["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = True
     return event
+
+
+Reply = tuple[int, bytes, dict[str, str]]
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def error_reply(
+    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+) -> Reply:
+    """A client error in the API's own shape: `{code, message, details}`."""
+    body = json.dumps({"code": code, "message": message, "details": details}).encode()
+    return status, body, {**JSON_HEADERS, **(headers or {})}
+
+
+def gateway_reply(response: Mapping[str, Any]) -> Reply:
+    """The HTTP response API Gateway makes of a payload v2 Lambda response."""
+    raw = response.get("body") or ""
+    payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
+    headers = {str(key): str(value) for key, value in (response.get("headers") or {}).items()}
+    return int(response["statusCode"]), payload, headers
+
+
+class BadRequest(Exception):
+    """A request the local API answers itself, before any function sees it."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.reply = error_reply(status, code, message, details)
+
+
+_CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,8}")
+
+
+class _ApiServer(ThreadingHTTPServer):
+    """One thread per connection, so a slow or stalled client never holds up the others."""
+
+    daemon_threads = True
+    block_on_close = False  # stop() must not wait for a stalled client's read timeout
+    request_queue_size = 1024  # listen backlog: a burst of clients queues instead of being refused
+
+
+class _ApiRequestHandler(BaseHTTPRequestHandler):
+    """Reads and checks a request like the gateway does, then lets the stack answer it."""
+
+    stack: LocalStack
+    # Socket timeout: a client that stops sending mid-body gets a 400; one that stops before its
+    # headers are complete is disconnected (http.server's handling). Others are served meanwhile.
+    timeout = READ_TIMEOUT_SECONDS
+
+    def _serve(self) -> None:
+        try:
+            body = self._read_body()
+        except BadRequest as error:
+            self.close_connection = True  # whatever is left of this request is unreadable
+            self._reply(error.reply)
+            return
+        self._reply(self.stack.answer(self.command, self.path, gateway_headers(self.headers), body))
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked()
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or []}
+        if not lengths:
+            return b""
+        text = lengths.pop()
+        if lengths or not (text.isascii() and text.isdigit()):
+            raise BadRequest(
+                400,
+                "invalid_content_length",
+                "Content-Length must be one non-negative integer",
+                {"contentLength": self.headers.get_all("Content-Length")},
+            )
+        length = int(text)
+        if length > MAX_BODY_BYTES:
+            raise BadRequest(
+                413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes"
+            )
+        return self._read_exactly(length)
+
+    def _read_exactly(self, length: int) -> bytes:
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            body = None
+        if body is None or len(body) < length:
+            raise BadRequest(
+                400,
+                "incomplete_body",
+                "the request body ended before Content-Length bytes arrived",
+                {"expectedBytes": length, "timeoutSeconds": READ_TIMEOUT_SECONDS},
+            )
+        return body
+
+    def _read_chunked(self) -> bytes:
+        body = bytearray()
+        while True:
+            size_line = self._read_line()
+            match = _CHUNK_SIZE.fullmatch(size_line.split(b";", 1)[0].strip())
+            if match is None:
+                raise BadRequest(400, "invalid_chunk", "a chunk size is not a hexadecimal number")
+            size = int(match.group(), 16)
+            if size == 0:
+                while self._read_line().strip():  # trailer fields, up to the blank line
+                    pass
+                return bytes(body)
+            if len(body) + size > MAX_BODY_BYTES:
+                raise BadRequest(
+                    413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes"
+                )
+            body += self._read_exactly(size)
+            self._read_line()  # the CRLF that ends the chunk
+
+    def _read_line(self) -> bytes:
+        try:
+            line = self.rfile.readline(1024)
+        except TimeoutError:
+            line = b""
+        if not line.endswith(b"\n"):
+            raise BadRequest(400, "incomplete_body", "the chunked request body ended early")
+        return line
+
+    def _reply(self, reply: Reply) -> None:
+        status, payload, headers = reply
+        try:
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+        except OSError:
+            self.close_connection = True  # the client went away; nobody is left to answer
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors http.server detects itself (a malformed request line, oversized headers): JSON too."""
+        self.close_connection = True
+        # http.server answers an unparsable request line HTTP/0.9-style (no status line, no
+        # headers); a status and a Content-Type are what every client here understands.
+        self.request_version = self.protocol_version
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "Bad Request"
+        reply = error_reply(code, re.sub(r"[^a-z]+", "_", phrase.lower()), message or phrase, explain)
+        self._reply(reply)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # the function logs every request itself
 
 
 @dataclass
@@ -129,12 +317,21 @@ class LocalStack:
     resources: StageResources | None = None
     api_url: str = ""
     api_key: str = ""
+    admin_key: str = ""
     endpoint_url: str = ""
     control: LocalControl = field(default_factory=LocalControl)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _moto: Any = None
-    _http: HTTPServer | None = None
+    _http: ThreadingHTTPServer | None = None
+    _api_handler: Callable[[dict[str, Any], Any], Any] | None = None
+    # Requests are read in parallel, but the API function runs one invocation at a time: its
+    # powertools resolver keeps the current event on a module-level `app`, exactly like one warm
+    # Lambda container, and its cached boto3 resources are not thread-safe either. Running the
+    # module twice in parallel would answer one request with the other's event.
+    _invoke_lock: threading.Lock = field(default_factory=threading.Lock)
+    _operators: Directory | None = None
+    _operators_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -146,6 +343,11 @@ class LocalStack:
         self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
         self._moto.start()
         self.endpoint_url = f"http://127.0.0.1:{moto_port}"
+        # moto keeps its state per process, not per server: start empty, whatever an earlier stack
+        # of this process left (its queues, with other attributes, would make provisioning fail).
+        # Hence also: one running local stack per process.
+        reset = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")  # noqa: S310
+        urllib.request.urlopen(reset, timeout=30).close()  # noqa: S310 - our own loopback server
         os.environ.update(local_environment(self.endpoint_url))
         runtime.reset_runtime()
         self.resources = provision(self.config, region=LOCAL_REGION, endpoint_url=self.endpoint_url)
@@ -182,6 +384,7 @@ class LocalStack:
             "stage": self.config.stage,
             "api_url": self.api_url,
             "api_key": self.api_key,
+            "admin_key": self.admin_key,
             "aws_endpoint_url": self.endpoint_url,
             "region": r.region,
             "admin_url": self.api_url + ADMIN_PREFIX.rstrip("/"),
@@ -197,12 +400,15 @@ class LocalStack:
     # --- pieces ----------------------------------------------------------------------------------
 
     def _seed(self) -> None:
-        """A demo user with credits, and the retention configuration the */10 job requires."""
+        """A demo user with credits, an operator key for /_local/, and the retention configuration
+        the */10 job requires."""
         assert self.resources is not None
         directory = runtime.directory(
             ConsumerSettings.from_env(self.resources.consumer_env(self.config.queue_names[0]))
         )
         self.api_key = directory.create_api_key(DEMO_USER, label="local demo")
+        self.admin_key = directory.create_api_key(OPERATOR_USER, role="admin", label="local operator")
+        self._operators = directory
         shard = directory.shard_for(DEMO_USER)
         assert shard is not None
         from aijobs.store.jobs import JobStore
@@ -222,44 +428,63 @@ class LocalStack:
             sys.path.insert(0, str(FUNCTIONS_DIR))
         from api import handler as api_handler  # the producer function, as Lambda imports it
 
-        stack = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                if self.path.startswith(ADMIN_PREFIX):
-                    status, payload, headers = stack._admin(self.command, self.path)
-                else:
-                    event = api_event(self.command, self.path, dict(self.headers.items()), body)
-                    response = api_handler.handler(
-                        event, LambdaContext("aijobs-local-api", timeout_seconds=15)
-                    )
-                    status = int(response["statusCode"])
-                    payload = (response.get("body") or "").encode()
-                    headers = dict(response.get("headers") or {})
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return  # the function logs every request itself
-
-        # One request at a time, like one warm Lambda container; boto3 resources are not thread-safe.
-        self._http = HTTPServer(("127.0.0.1", self.port), Handler)
+        self._api_handler = api_handler.handler
+        handler = type("ApiRequestHandler", (_ApiRequestHandler,), {"stack": self})
+        self._http = _ApiServer(("127.0.0.1", self.port), handler)
         self.api_url = f"http://127.0.0.1:{self._http.server_address[1]}"
         self._spawn("http-api", self._http.serve_forever)
 
-    def _admin(self, method: str, path: str) -> tuple[int, bytes, dict[str, str]]:
-        """Local-only operations that a deployed stage does through AWS APIs (resume a consumer)."""
+    def answer(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+        """The response to one well-formed HTTP request (called from the server's threads)."""
+        path = urlsplit(raw_path).path
+        if path.startswith(ADMIN_PREFIX) or path == ADMIN_PREFIX.rstrip("/"):
+            return self._admin(method, path, headers)
+        assert self._api_handler is not None
+        event = api_event(method, raw_path, headers, body)
+        context = LambdaContext(f"aijobs-{self.config.stage}-api", timeout_seconds=15)
+        with self._invoke_lock:
+            try:
+                response = self._api_handler(event, context)
+            except Exception as error:  # API Gateway answers a failed invocation with a 500
+                self.log(f"the API function failed: {type(error).__name__}: {error}")
+                return error_reply(500, "internal_error", "Internal Server Error")
+        return gateway_reply(response)
+
+    def _operator_check(self, headers: Mapping[str, str]) -> Reply | None:
+        """None if the request carries an admin key; otherwise the 401/403 to answer."""
+        scheme, _, key = headers.get("authorization", "").strip().partition(" ")
+        key = key.strip()
+        unauthorized = {"WWW-Authenticate": "Bearer"}
+        if scheme.lower() != "bearer" or not key:
+            return error_reply(
+                401,
+                "unauthorized",
+                "send the operator key: Authorization: Bearer <admin_key>",
+                None,
+                unauthorized,
+            )
+        assert self._operators is not None
+        with self._operators_lock:  # one boto3 resource, shared by the server's threads
+            principal = self._operators.authenticate(key)
+        if principal is None:
+            return error_reply(401, "unauthorized", "unknown or revoked API key", None, unauthorized)
+        if not principal.is_admin:
+            return error_reply(403, "forbidden", "the /_local/ endpoints need an admin key")
+        return None
+
+    def _admin(self, method: str, path: str, headers: Mapping[str, str]) -> Reply:
+        """Local-only operations that a deployed stage does through AWS APIs (resume a consumer).
+
+        Everything but `GET /_local/health` needs an admin key (the info file's `admin_key`)."""
         assert self.resources is not None
         parts = path[len(ADMIN_PREFIX) :].strip("/").split("/")
-        headers = {"Content-Type": "application/json"}
+        if method == "GET" and parts == ["health"]:
+            paused = [k for k, arn in self.resources.queue_arns.items()
+                      if any(not m.enabled for m in self.control.mappings.get(arn, []))]  # fmt: skip
+            return 200, json.dumps({"status": "ok", "paused": paused}).encode(), dict(JSON_HEADERS)
+        refused = self._operator_check(headers)
+        if refused is not None:
+            return refused
         if (
             method == "POST"
             and len(parts) == 3
@@ -268,18 +493,14 @@ class LocalStack:
         ):
             kind = parts[1]
             if kind not in self.resources.queue_arns:
-                return 404, json.dumps({"code": "unknown_kind", "message": kind}).encode(), headers
+                return error_reply(404, "unknown_kind", f"no queue for kind {kind!r}", {"kind": kind})
             changed = self.control.set_kind(self.resources, kind, enabled=parts[2] == "resume")
             return (
                 200,
                 json.dumps({"kind": kind, "enabled": parts[2] == "resume", "mappings": changed}).encode(),
-                headers,
+                dict(JSON_HEADERS),
             )
-        if method == "GET" and parts == ["health"]:
-            paused = [k for k, arn in self.resources.queue_arns.items()
-                      if any(not m.enabled for m in self.control.mappings.get(arn, []))]  # fmt: skip
-            return 200, json.dumps({"status": "ok", "paused": paused}).encode(), headers
-        return 404, json.dumps({"code": "route_not_found", "message": path}).encode(), headers
+        return error_reply(404, "route_not_found", "no such local control route", {"path": path})
 
     def _consumer_threads(self) -> int:
         if self.config.consumer_reserved_concurrency:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Tracer
+from aws_lambda_powertools.logging import correlation_paths
 
 from aijobs import runtime
 from aijobs.api.app import configure, resolve
-from aijobs.observability import logger
+from aijobs.observability import log_lambda_context
 
 configure(runtime.api_service)
 
@@ -18,6 +19,6 @@ tracer = Tracer()
 
 
 @tracer.capture_lambda_handler
-@logger.inject_lambda_context(clear_state=True, correlation_id_path="requestContext.requestId")
+@log_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return resolve(event, context)

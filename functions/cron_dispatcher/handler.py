@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools import Tracer
 
 from aijobs import runtime
-from aijobs.observability import logger
+from aijobs.observability import log_lambda_context
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 
@@ -16,6 +16,6 @@ tracer = Tracer()
 
 
 @tracer.capture_lambda_handler
-@logger.inject_lambda_context(clear_state=True)
+@log_lambda_context()
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return dispatch(event, runtime.cron_context(), SCHEDULED_HANDLERS)

@@ -7,13 +7,13 @@ from typing import Any
 from aws_lambda_powertools import Tracer
 
 from aijobs import runtime
-from aijobs.observability import logger
+from aijobs.observability import log_lambda_context
 
 # X-Ray subsegments for every AWS call (the function itself runs with active tracing).
 tracer = Tracer()
 
 
 @tracer.capture_lambda_handler
-@logger.inject_lambda_context(clear_state=True)
+@log_lambda_context()
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return runtime.dead_letter_consumer().handle(event, context)

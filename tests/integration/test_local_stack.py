@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -71,7 +75,7 @@ def _submit(client: Target, kind: str, text: str) -> str:
 def test_info_file_has_the_connection_details(stack: LocalStack) -> None:
     assert stack.info_file is not None
     info = json.loads(stack.info_file.read_text())
-    assert {"api_url", "api_key", "aws_endpoint_url", "stage"} <= set(info)
+    assert {"api_url", "api_key", "admin_key", "aws_endpoint_url", "stage"} <= set(info)
     assert info["stage"] == "local"
     assert info["api_url"].startswith("http://127.0.0.1:")
 
@@ -173,3 +177,132 @@ def test_cost_reproduces_the_articles_cloudflare_count() -> None:
     assert json.loads(result.stdout)["cloudflare_operations"] == 61_200
     bad = CliRunner().invoke(app, ["cost", "--retry-rate", "0.01", "--dlq-rate", "0.5"])
     assert bad.exit_code != 0
+
+
+# --- the HTTP front door -----------------------------------------------------------------------------
+
+
+def _connect(stack: LocalStack) -> socket.socket:
+    address = urlsplit(stack.api_url)
+    assert address.hostname is not None
+    assert address.port is not None
+    return socket.create_connection((address.hostname, address.port), timeout=60)
+
+
+def _response(sock: socket.socket) -> tuple[int, Any]:
+    """Status and JSON body of the one response the server writes before closing."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def _raw(stack: LocalStack, request: bytes, *, then_close_sending: bool = True) -> tuple[int, Any]:
+    with _connect(stack) as sock:
+        sock.sendall(request)
+        if then_close_sending:
+            sock.shutdown(socket.SHUT_WR)
+        return _response(sock)
+
+
+def _post_head(stack: LocalStack, content_length: str) -> bytes:
+    return (
+        f"POST /jobs HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {stack.api_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {content_length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("content_length", ["abc", "-1", "1e3", "5, 7"])
+def test_an_invalid_content_length_is_a_400_json_error(stack: LocalStack, content_length: str) -> None:
+    status, body = _raw(stack, _post_head(stack, content_length) + b'{"kind": "summary"}')
+    assert status == 400
+    assert body["code"] == "invalid_content_length"
+    assert set(body) == {"code", "message", "details"}
+
+
+def test_a_body_shorter_than_its_content_length_is_a_400_json_error(stack: LocalStack) -> None:
+    status, body = _raw(stack, _post_head(stack, "100") + b'{"kind": "sum')
+    assert (status, body["code"]) == (400, "incomplete_body")
+    assert body["details"]["expectedBytes"] == 100
+
+
+def test_a_stalled_client_gets_a_400_and_holds_up_nobody(stack: LocalStack, client: Target) -> None:
+    with _connect(stack) as stalled:
+        stalled.sendall(_post_head(stack, "100") + b'{"kind": "sum')  # ... and nothing more
+        # Served while the stalled request still waits for its remaining bytes.
+        assert client.request("GET", "/jobs?limit=1").status == 200
+        assert Target(stage="local", api_url=stack.api_url).request("GET", "/_local/health").status == 200
+        status, body = _response(stalled)  # the server gives up on it after its read timeout
+    assert (status, body["code"]) == (400, "incomplete_body")
+
+
+def test_a_malformed_request_line_is_a_400_json_error(stack: LocalStack) -> None:
+    status, body = _raw(stack, b"GARBAGE\r\n\r\n")
+    assert (status, body["code"]) == (400, "bad_request")
+    assert set(body) == {"code", "message", "details"}
+
+
+def test_a_chunked_body_is_read_like_any_other(stack: LocalStack) -> None:
+    payload = json.dumps({"kind": "summary", "input": TEXT}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (payload[:10], payload[10:]))
+    head = _post_head(stack, "0").replace(b"Content-Length: 0", b"Transfer-Encoding: chunked")
+    status, body = _raw(stack, head + chunks + b"0\r\n\r\n")
+    assert (status, body["status"]) == (202, "queued")
+
+
+def test_a_body_that_is_not_utf8_reaches_the_api_unmangled(stack: LocalStack) -> None:
+    """The API decides about bytes it cannot read; the local gateway must not "fix" them first."""
+    body = b'{"kind": "summary", "input": "caf\xe9 ' + TEXT.encode() + b'"}'
+    status, answer = _raw(stack, _post_head(stack, str(len(body))) + body)
+    assert status == 400, answer  # not a 202 for "caf\ufffd": the API refuses bytes that are not UTF-8
+    assert set(answer) == {"code", "message", "details"}
+
+
+def test_the_query_string_is_url_decoded_like_api_gateway_does(client: Target) -> None:
+    _submit(client, "summary", TEXT)
+    listed = client.request("GET", "/jobs?kind=sum%6Dary&limit=100")
+    assert listed.status == 200, listed.body
+    assert listed.body["jobs"]
+    assert {job["kind"] for job in listed.body["jobs"]} == {"summary"}
+
+
+def test_the_local_control_endpoints_need_an_admin_key(stack: LocalStack) -> None:
+    pause = "/_local/consumers/summary/pause"
+    anonymous = Target(stage="local", api_url=stack.api_url)
+    as_user = Target(stage="local", api_url=stack.api_url, api_key=stack.api_key)
+    as_unknown = Target(stage="local", api_url=stack.api_url, api_key="not-a-key")
+    as_admin = Target(stage="local", api_url=stack.api_url, api_key=stack.admin_key)
+    for caller, status in ((anonymous, 401), (as_unknown, 401), (as_user, 403)):
+        refused = caller.request("POST", pause)
+        assert refused.status == status
+        assert set(refused.body) == {"code", "message", "details"}
+    assert anonymous.request("GET", "/_local/health").body["paused"] == []  # health stays public
+    assert as_admin.request("POST", "/_local/consumers/nope/pause").status == 404
+    try:
+        assert as_admin.request("POST", pause).status == 200
+        assert anonymous.request("GET", "/_local/health").body["paused"] == ["summary"]
+        # `aijobs resume` sends the admin key of the info file.
+        resumed = CliRunner().invoke(app, ["resume", "summary", "--info-file", str(stack.info_file)])
+        assert resumed.exit_code == 0, resumed.output
+        assert anonymous.request("GET", "/_local/health").body["paused"] == []
+    finally:
+        as_admin.request("POST", "/_local/consumers/summary/resume")
+
+
+def test_concurrent_clients_are_all_answered(client: Target) -> None:
+    clients, each = 16, 5
+    all_connected = threading.Barrier(clients, timeout=30)
+
+    def submit_several(_index: int) -> list[tuple[int, Any]]:
+        all_connected.wait()  # start together: a burst, like the issue's benchmark
+        answers = []
+        for _ in range(each):
+            response = client.request("POST", "/jobs", {"kind": "summary", "input": TEXT})
+            answers.append((response.status, response.body))
+        return answers
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        answers = [answer for batch in pool.map(submit_several, range(clients)) for answer in batch]
+    assert [status for status, _body in answers] == [202] * clients * each, answers
+    assert len({body["jobId"] for _status, body in answers}) == clients * each

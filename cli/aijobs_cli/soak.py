@@ -1,0 +1,868 @@
+"""`aijobs soak`: a chaos soak that ends with an invariant report.
+
+N jobs across several users and kinds, each with a magic-input fault of the `local` provider
+(transient and throttled failures that recover, permanent failures, an outage that dead-letters,
+an asynchronous provider still running, a slow provider, an attempt killed mid-way by `#crash`),
+while the soak injects what at-least-once delivery and schedules do in production:
+
+- copies of job messages on the main queues, some while the job is in flight, some after it
+  finished (the row is the source of truth: a copy must change nothing);
+- copies of succeeded jobs' messages on the dead-letter queues (must not become dead letters);
+- overlapping double cron fires: each round fires `*/10` and `*/5` from two threads with the same
+  scheduled time (must act once: expire, refund or re-queue once);
+- short-lived credit grants that expire during the run.
+
+The report counts invariant violations (every one must be 0) next to plain figures. By default
+the soak runs its own in-process local stack (stage `local`), wrapping every consumer's provider to
+count provider runs per job. Against a deployed stage (`api_url`/`api_key`, plus `stack` for AWS
+access) provider runs cannot be observed: they are approximated from the rows, and the report says
+which checks were not measured.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from aijobs import aws, runtime
+from aijobs.consumer.dispatcher import Consumer
+from aijobs.dead_letters import list_dead_letters
+from aijobs.domain import QueueMessage, utcnow
+from aijobs.providers.base import Classification, Provider, ProviderRequest, ProviderResult
+from aijobs.providers.local import SimulatedCrash
+from aijobs.settings import ConsumerSettings
+from aijobs.store.jobs import JobStore
+from aijobs.store.tenants import Directory
+from aijobs_cli.target import Target, TargetError
+
+SUCCEEDED = "succeeded"
+FAILED_FINAL = "failed_final"
+DEAD_LETTERED = "dead_lettered"
+CRONS = ("*/10 * * * *", "*/5 * * * *")
+# image-caption needs an uploaded image; every other kind takes text.
+SOAK_KINDS = ("summary", "embedding", "image-generate", "tts-generate", "video-generate")
+TEXTS = {
+    "summary": "Queues decouple accepting work from doing it. The producer answers at once. "
+    "A consumer does the slow part. Retries are classified by error.",
+    "embedding": "vectors for a search index of queue design notes",
+    "image-generate": "a red lighthouse at dusk",
+    "tts-generate": "welcome to the chaos soak",
+    "video-generate": "waves on a beach",
+}
+INVARIANTS = {
+    "jobs_lost": "not finished at the deadline, or row missing",
+    "wrong_terminal_status": "final status (or dead-letter flag) other than its fault's",
+    "attempts_over_budget": "attempts above MAX_RETRIES + 1",
+    "provider_successes_over_one": "jobs whose provider returned a result more than once",
+    "succeeded_without_provider_success": "succeeded rows the provider never produced",
+    "balance_mismatches": "users whose balance != grants - expired - prices not refunded",
+    "ledger_errors_per_job": "jobs without exactly one debit, and one refund iff failed_final",
+    "api_5xx": "5xx answers from the API, or no answer",
+    "api_rejections": "submissions answered with a 4xx",
+    "dead_letter_mismatches": "DLQ entries that are not exactly the outage jobs",
+    "cron_errors": "cron fires that raised",
+    "grants_not_expired": "short-lived grants still unexpired after the final cron round",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    directive: str
+    expect: str
+    weight: int
+
+
+FAULTS = (
+    Fault("plain", "", SUCCEEDED, 34),
+    Fault("transient-x2", "#fail:503x2", SUCCEEDED, 10),
+    Fault("throttled-x1", "#fail:429x1", SUCCEEDED, 8),
+    Fault("invalid-400", "#fail:400", FAILED_FINAL, 6),
+    Fault("too-large-413", "#fail:413", FAILED_FINAL, 4),
+    Fault("outage-503", "#fail:503", DEAD_LETTERED, 4),
+    Fault("running-2", "#running:2", SUCCEEDED, 10),
+    Fault("crash", "#crash", SUCCEEDED, 6),
+    Fault("slow", "#sleep:0.2", SUCCEEDED, 8),
+)
+
+
+@dataclass
+class SoakJob:
+    index: int
+    user_id: str
+    kind: str
+    fault: Fault
+    price: int
+    job_id: str = ""
+    accepted_at: float = 0.0
+    finished_at: float | None = None
+    status: str | None = None
+    attempts: int = 0
+    dead_lettered: bool = False
+    missing: bool = False
+    early_copy: float | None = None
+    late_copy: bool = False
+    dlq_copy: bool = False
+
+    @property
+    def outcome(self) -> str | None:
+        if self.status == FAILED_FINAL and self.dead_lettered:
+            return DEAD_LETTERED
+        return self.status
+
+
+@dataclass
+class SoakUser:
+    user_id: str
+    api_key: str
+    granted: int = 0
+    short_grants: list[str] = field(default_factory=list)
+    short_expiry: datetime | None = None
+    # When the final cron round began: every short grant due by then must be expired.
+    swept_at: datetime | None = None
+
+
+@dataclass
+class RowState:
+    status: str
+    attempts: int
+    dead_lettered: bool
+
+
+@dataclass
+class LedgerView:
+    balance: int
+    api_balance: int | None
+    # type -> total, including transactions folded into the account by retention
+    totals: dict[str, int]
+    expired_since: int
+    per_job: dict[str, Counter[str]]
+    refund_amounts: dict[str, int]
+    short_grants_unexpired: int
+
+
+@dataclass
+class SoakReport:
+    target: str
+    seed: int
+    jobs: int
+    users: int
+    duration_seconds: float
+    jobs_per_second: float
+    invariants: dict[str, int | None]
+    figures: dict[str, Any]
+    outcomes: dict[str, dict[str, int]]
+    examples: dict[str, list[str]]
+    notes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return all(not count for count in self.invariants.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+# --- counting provider runs (local stack only) ------------------------------------------------------
+
+
+class ProviderRuns:
+    """Provider calls per job and how they ended, across every consumer thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.successes: Counter[str] = Counter()
+        self.crashes: Counter[str] = Counter()
+
+    def record(self, job_id: str, outcome: str) -> None:
+        with self._lock:
+            self.calls[job_id] += 1
+            if outcome == SUCCEEDED:
+                self.successes[job_id] += 1
+            elif outcome == "crash":
+                self.crashes[job_id] += 1
+
+
+class CountingProvider:
+    """Wraps a consumer's provider: every run is counted per job, with its outcome."""
+
+    def __init__(self, inner: Provider, runs: ProviderRuns) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._runs = runs
+
+    def run(self, request: ProviderRequest) -> ProviderResult:
+        try:
+            result = self._inner.run(request)
+        except SimulatedCrash:
+            self._runs.record(request.job_id, "crash")
+            raise
+        except Exception:
+            self._runs.record(request.job_id, "error")
+            raise
+        self._runs.record(request.job_id, result.status)
+        return result
+
+    def classify(self, text: str) -> Classification:
+        return self._inner.classify(text)
+
+
+@contextmanager
+def counting_consumers(runs: ProviderRuns) -> Iterator[None]:
+    """Every consumer the local stack builds meanwhile gets its provider wrapped."""
+    original = runtime.build_consumer
+
+    def build(settings: ConsumerSettings, clock: Callable[[], datetime] = utcnow) -> Consumer:
+        consumer = original(settings, clock)
+        consumer.provider = CountingProvider(consumer.provider, runs)
+        return consumer
+
+    runtime.build_consumer = build
+    try:
+        yield
+    finally:
+        runtime.build_consumer = original
+
+
+# --- where the soak runs ------------------------------------------------------------------------
+
+
+class SoakTarget(Protocol):
+    label: str
+    kinds: tuple[str, ...]
+    prices: dict[str, int]
+    max_attempts: int
+    runs: ProviderRuns | None
+    notes: list[str]
+
+    def make_users(self, count: int, needs: dict[int, int], rng: random.Random) -> list[SoakUser]: ...
+    def api(self, user: SoakUser) -> Target: ...
+    def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]: ...
+    def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool: ...
+    def fire_cron(self, expression: str, scheduled: datetime) -> dict[str, Any] | None: ...
+    def ledger(self, user: SoakUser) -> LedgerView | None: ...
+    def dead_letters(self, job_ids: set[str]) -> set[str] | None: ...
+    def messages_left(self) -> int | None: ...
+
+
+class _StageAccess:
+    """What the soak reads and injects through AWS APIs (moto locally, the account when deployed)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.directory: Directory = target.directory()
+
+    def store(self, user_id: str) -> JobStore:
+        table = self.directory.shard_for(user_id)
+        if table is None:
+            raise TargetError(f"user {user_id} has no shard")
+        return JobStore(table)
+
+    def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]:
+        """The rows of `jobs` that exist (one consistent read each: cheap for the few in flight)."""
+        states: dict[str, RowState] = {}
+        for job in jobs:
+            row = self.store(job.user_id).get(job.user_id, job.job_id)
+            if row is not None:
+                states[job.job_id] = RowState(row.status.value, row.attempts, row.dead_lettered)
+        return states
+
+    def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool:
+        urls = self.target.dlq_urls if dead_letter_queue else self.target.queue_urls
+        if job.kind not in urls:
+            return False
+        body = QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind).model_dump_json()
+        aws.sqs().send_message(QueueUrl=urls[job.kind], MessageBody=body)
+        return True
+
+    def ledger(self, user: SoakUser, api_balance: int | None, since: datetime | None = None) -> LedgerView:
+        """The user's ledger; `expired_since` counts expiry from `since` on (every one without)."""
+        ledger = self.store(user.user_id).ledger
+        account = ledger.account(user.user_id)
+        totals = Counter(account.archived)
+        per_job: dict[str, Counter[str]] = defaultdict(Counter)
+        refunds: dict[str, int] = {}
+        expired_since = account.archived["expire"] if since is None else 0
+        for tx in ledger.transactions(user.user_id):
+            totals[tx.type] += tx.amount
+            if tx.type == "expire" and (since is None or tx.created_at >= since):
+                expired_since += tx.amount
+            if tx.job_id and tx.type in ("debit", "refund"):
+                per_job[tx.job_id][tx.type] += 1
+                if tx.type == "refund":
+                    refunds[tx.job_id] = tx.amount
+        cutoff = user.swept_at or datetime.now(UTC)
+        unexpired = sum(
+            1
+            for grant in ledger.grants(user.user_id)
+            if grant.grant_id in user.short_grants and not grant.expired and grant.expires_at < cutoff
+        )
+        return LedgerView(
+            account.balance, api_balance, dict(totals), expired_since, per_job, refunds, unexpired
+        )
+
+    def dead_letters(self, job_ids: set[str]) -> set[str]:
+        return {
+            entry.job_id
+            for kind in self.target.queue_urls
+            for entry in list_dead_letters(self.directory.meta, kind, limit=10_000)
+            if entry.job_id in job_ids
+        }
+
+    def messages_left(self) -> int:
+        sqs, left = aws.sqs(), 0
+        for url in (*self.target.queue_urls.values(), *self.target.dlq_urls.values()):
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
+                ],
+            )["Attributes"]
+            left += sum(int(value) for value in attributes.values())
+        return left
+
+
+class LocalSoakTarget:
+    """An in-process local stack started for the soak, with every consumer's provider counted.
+
+    Use it as a context manager: it starts the stack, and stops it and restores the process
+    environment (endpoint, credentials) when done.
+    """
+
+    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
+        from aijobs_cdk.stage import load_stage_config
+        from aijobs_cli.local_stack import LocalStack
+
+        self.config = load_stage_config("local", overrides)
+        self.label = "local stack (in-process, stage local)"
+        self.kinds = tuple(kind for kind in SOAK_KINDS if kind in self.config.queue_names)
+        self.prices = self.config.prices
+        self.max_attempts = self.config.max_retries + 1
+        self.runs: ProviderRuns | None = ProviderRuns()
+        self.notes: list[str] = []
+        # What the stack's pollers report (a crashed invocation is one line each).
+        self.stack_log: list[str] = []
+        self.stack = LocalStack(self.config, port=0, log=self.stack_log.append)
+        self._exit = ExitStack()
+
+    def __enter__(self) -> LocalSoakTarget:
+        saved_env = dict(os.environ)
+
+        def restore() -> None:
+            os.environ.clear()
+            os.environ.update(saved_env)
+            runtime.reset_runtime()
+
+        self._exit.callback(restore)
+        assert self.runs is not None
+        self._exit.enter_context(counting_consumers(self.runs))
+        try:
+            self._exit.enter_context(self.stack)
+        except BaseException:
+            self._exit.close()
+            raise
+        resources = self.stack.resources
+        assert resources is not None
+        self.target = Target(
+            stage="local",
+            api_url=self.stack.api_url,
+            endpoint_url=self.stack.endpoint_url,
+            meta_table=resources.meta_table,
+            shard_tables=list(resources.shard_tables),
+            queue_urls=dict(resources.queue_urls),
+            dlq_urls=dict(resources.dlq_urls),
+        )
+        self.access = _StageAccess(self.target)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._exit.close()
+
+    def make_users(self, count: int, needs: dict[int, int], rng: random.Random) -> list[SoakUser]:
+        users = []
+        now = datetime.now(UTC)
+        for index in range(count):
+            # Unique per run: the seed fixes the mix, not the ids (moto's state outlives a stack
+            # started in the same process, and idempotency keys would return the old jobs).
+            user_id = f"soak-{uuid.uuid4().hex[:8]}-{index:03d}"
+            user = SoakUser(user_id, self.access.directory.create_api_key(user_id, label="soak"))
+            ledger = self.access.store(user_id).ledger
+            # Enough for every planned job on the long grant alone, so expiry never causes a 402.
+            user.granted = needs.get(index, 0) + 10
+            ledger.grant(user_id, user.granted, now + timedelta(days=1))
+            if index % 3 == 0:  # some users also get credit that expires during the run
+                amount = 10 + rng.randrange(20)
+                expires = now + timedelta(seconds=5 + rng.uniform(0, 15))
+                user.short_grants.append(ledger.grant(user_id, amount, expires))
+                user.short_expiry = expires
+                user.granted += amount
+            users.append(user)
+        return users
+
+    def api(self, user: SoakUser) -> Target:
+        return Target(stage="local", api_url=self.target.api_url, api_key=user.api_key)
+
+    def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]:
+        return self.access.rows(jobs)
+
+    def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool:
+        return self.access.send_copy(job, dead_letter_queue=dead_letter_queue)
+
+    def fire_cron(self, expression: str, scheduled: datetime) -> dict[str, Any] | None:
+        return self.stack.fire_cron(expression, scheduled)
+
+    def ledger(self, user: SoakUser) -> LedgerView | None:
+        credits = self.api(user).request("GET", "/credits")
+        api_balance = int(credits.body["balance"]) if credits.status == 200 else None
+        return self.access.ledger(user, api_balance)
+
+    def dead_letters(self, job_ids: set[str]) -> set[str] | None:
+        return self.access.dead_letters(job_ids)
+
+    def messages_left(self) -> int | None:
+        return self.access.messages_left()
+
+
+class DeployedSoakTarget:
+    """A deployed stage through its HTTP API; with `stack`, also through AWS APIs.
+
+    Not verified here (no AWS account in this project's test runs): keep it small and read the
+    notes it adds to the report.
+    """
+
+    def __init__(self, api_url: str, api_key: str, stack: Target | None, max_retries: int) -> None:
+        self.label = f"deployed stage at {api_url}"
+        self.started_at = datetime.now(UTC)
+        self.stack = stack
+        self.caller = Target(stage="remote", api_url=api_url, api_key=api_key)
+        credits = self.caller.request("GET", "/credits")
+        if credits.status != 200:
+            raise TargetError(f"GET /credits answered {credits.status}: check --api-url and --api-key")
+        self.prices = {k: int(v) for k, v in credits.body["prices"].items()}
+        self.kinds = tuple(kind for kind in SOAK_KINDS if kind in self.prices)
+        self.max_attempts = max_retries + 1
+        self.runs: ProviderRuns | None = None
+        self.start_balance = int(credits.body["balance"])
+        self.access = _StageAccess(stack) if stack is not None else None
+        self.notes = [
+            "deployed: provider runs are not observed; provider checks are not measured (n/a), "
+            "and 'provider runs' figures are the rows' attempts",
+            "deployed: one user (the API key's); no grants are made, the balance check compares "
+            "the balance before and after the run (valid only if nothing else uses the account)",
+        ]
+        if self.access is None:
+            self.notes.append(
+                "deployed without --stack: no injected copies, no cron fires, no ledger or DLQ checks"
+            )
+        self.user_id = "caller"
+        if self.access is not None:
+            principal = self.access.directory.authenticate(api_key)
+            if principal is None:
+                raise TargetError("the API key is unknown to the stack's meta table")
+            self.user_id = principal.user_id
+
+    def make_users(self, count: int, needs: dict[int, int], rng: random.Random) -> list[SoakUser]:
+        return [SoakUser(self.user_id, self.caller.api_key or "", granted=self.start_balance)]
+
+    def api(self, user: SoakUser) -> Target:
+        return self.caller
+
+    def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]:
+        states: dict[str, RowState] = {}
+        for job in jobs:
+            response = self.caller.request("GET", f"/jobs/{job.job_id}")
+            if response.status == 200:
+                body = response.body
+                states[job.job_id] = RowState(body["status"], body["attempts"], body["deadLettered"])
+        return states
+
+    def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool:
+        return self.access is not None and self.access.send_copy(job, dead_letter_queue=dead_letter_queue)
+
+    def fire_cron(self, expression: str, scheduled: datetime) -> dict[str, Any] | None:
+        if self.stack is None or not self.stack.cron_function:
+            return None
+        import json
+
+        from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME
+
+        payload = {PAYLOAD_CRON: expression, PAYLOAD_SCHEDULED_TIME: scheduled.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        response = aws.lambda_().invoke(FunctionName=self.stack.cron_function, Payload=json.dumps(payload))
+        result: dict[str, Any] = json.loads(response["Payload"].read() or b"{}")
+        if response.get("FunctionError"):
+            raise RuntimeError(f"cron function error: {result}")
+        return result
+
+    def ledger(self, user: SoakUser) -> LedgerView | None:
+        credits = self.caller.request("GET", "/credits")
+        api_balance = int(credits.body["balance"]) if credits.status == 200 else None
+        if self.access is None:
+            return None
+        return self.access.ledger(user, api_balance, since=self.started_at)
+
+    def dead_letters(self, job_ids: set[str]) -> set[str] | None:
+        return self.access.dead_letters(job_ids) if self.access is not None else None
+
+    def messages_left(self) -> int | None:
+        # A deployed stage has other traffic; its queues never need to be empty for the soak.
+        return None
+
+
+# --- the soak -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Api:
+    """HTTP answers, counted: every 5xx is an invariant violation."""
+
+    statuses: Counter[int] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, target: Target, method: str, path: str, body: Any = None, headers: Any = None) -> Any:
+        try:
+            response = target.request(method, path, body, headers)
+        except (TargetError, OSError) as error:  # no answer at all (a read timeout included)
+            with self.lock:
+                self.statuses[0] += 1
+                self.errors.append(f"{method} {path}: {error}")
+            return None
+        with self.lock:
+            self.statuses[response.status] += 1
+            if response.status >= 500:
+                self.errors.append(f"{method} {path}: {response.status} {response.body}")
+        return response
+
+
+def plan_jobs(
+    count: int, users: int, kinds: tuple[str, ...], prices: dict[str, int], seed: int
+) -> list[SoakJob]:
+    """The seeded mix: every fault at least once (when count allows), then weighted at random."""
+    rng = random.Random(seed)  # noqa: S311 - a reproducible mix, not a secret
+    weights = [fault.weight for fault in FAULTS]
+    jobs = []
+    for index in range(count):
+        fault = FAULTS[index] if index < len(FAULTS) else rng.choices(FAULTS, weights)[0]
+        kind = kinds[index % len(kinds)] if index < len(kinds) else rng.choice(kinds)
+        job = SoakJob(index=index, user_id="", kind=kind, fault=fault, price=prices.get(kind, 1))
+        job.user_id = str(index % users)  # the user's index until users exist
+        roll = rng.random()
+        if roll < 0.15:
+            job.early_copy = rng.uniform(0.05, 1.5)
+        elif roll < 0.30:
+            job.late_copy = True
+        elif roll < 0.40 and fault.expect == SUCCEEDED:
+            job.dlq_copy = True
+        jobs.append(job)
+    # Make sure every kind of injection happens at least once.
+    if count >= 3:
+        jobs[0].early_copy, jobs[1].late_copy, jobs[0].dlq_copy = 0.1, True, True
+    return jobs
+
+
+def run_soak(
+    target: SoakTarget,
+    *,
+    jobs: int,
+    users: int,
+    seed: int,
+    timeout_seconds: float = 600.0,
+    cron_interval_seconds: float = 8.0,
+    submit_workers: int = 4,
+    progress: Callable[[str], None] | None = None,
+) -> SoakReport:
+    """Run the soak against `target` and return its report (`report.ok` when every invariant is 0)."""
+    say = progress or (lambda _line: None)
+    rng = random.Random(seed ^ 0x5EED)  # noqa: S311 - reproducible, not a secret
+    plan = plan_jobs(jobs, users, target.kinds, target.prices, seed)
+    needs: dict[int, int] = Counter()
+    for job in plan:
+        needs[int(job.user_id)] += job.price
+    people = target.make_users(users, dict(needs), rng)
+    for job in plan:
+        job.user_id = people[int(job.user_id) % len(people)].user_id
+    by_user = {user.user_id: user for user in people}
+    api = _Api()
+    accepted: list[SoakJob] = []
+    lock = threading.Lock()
+    injected: Counter[str] = Counter()
+    cron: Counter[str] = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+
+    def submit(job: SoakJob) -> None:
+        words = f"{job.fault.directive} {TEXTS[job.kind]}".strip()
+        headers = {"Idempotency-Key": f"{job.user_id}-{job.index}"}
+        for _try in range(2):  # a retry with the same key must give the same job
+            response = api.call(
+                target.api(by_user[job.user_id]), "POST", "/jobs", {"kind": job.kind, "input": words}, headers
+            )
+            if response is not None and response.status == 202:
+                job.job_id, job.accepted_at = str(response.body["jobId"]), time.monotonic()
+                with lock:
+                    accepted.append(job)
+                return
+            if response is not None and response.status < 500:
+                examples["api_rejections"].append(f"job #{job.index}: {response.status} {response.body}")
+                return
+
+    def fire_pair(expression: str) -> None:
+        """Two overlapping fires of one scheduled run, as an at-least-once scheduler may deliver."""
+        scheduled = datetime.now(UTC).replace(microsecond=0)
+        results: list[dict[str, Any] | None] = [None, None]
+        errors: list[str] = []
+
+        def fire(slot: int) -> None:
+            try:
+                results[slot] = target.fire_cron(expression, scheduled)
+            except Exception as error:
+                errors.append(f"{expression} @ {scheduled:%H:%M:%S}: {type(error).__name__}: {error}")
+
+        threads = [threading.Thread(target=fire, args=(slot,)) for slot in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        cron["errors"] += len(errors)
+        examples["cron_errors"].extend(errors)
+        if results[0] is None and results[1] is None and not errors:
+            return  # the target cannot fire crons
+        cron["pairs"] += 1
+        if all(r is not None and r.get("status") == "ok" for r in results):
+            cron["pairs_both_ran"] += 1
+
+    started = time.monotonic()
+    deadline = started + timeout_seconds
+    say(f"soak: {jobs} jobs, {len(people)} users, seed {seed}, against {target.label}")
+    pool = ThreadPoolExecutor(max_workers=submit_workers, thread_name_prefix="soak-submit")
+    futures = [pool.submit(submit, job) for job in plan]
+    next_cron = started + cron_interval_seconds
+    next_poll = started
+    last_finished = started
+    finished: set[str] = set()
+    pending_early: set[str] = set()
+    last_line, next_say = "", started
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        with lock:
+            current = list(accepted)
+        for job in current:
+            if (
+                job.early_copy is not None
+                and job.job_id not in pending_early
+                and now >= job.accepted_at + job.early_copy
+            ):
+                pending_early.add(job.job_id)
+                if target.send_copy(job, dead_letter_queue=False):
+                    injected["main_queue_early"] += 1
+        if now >= next_cron:
+            for expression in CRONS:
+                fire_pair(expression)
+            next_cron = time.monotonic() + cron_interval_seconds
+        if now >= next_poll:
+            rows = target.rows([job for job in current if job.job_id not in finished])
+            for job in current:
+                row = rows.get(job.job_id)
+                if job.job_id in finished or row is None or row.status not in (SUCCEEDED, FAILED_FINAL):
+                    continue
+                finished.add(job.job_id)
+                job.finished_at = last_finished = time.monotonic()
+                if job.late_copy and target.send_copy(job, dead_letter_queue=False):
+                    injected["main_queue_late"] += 1
+                if job.dlq_copy and row.status == SUCCEEDED and target.send_copy(job, dead_letter_queue=True):
+                    injected["dead_letter_queue"] += 1
+            submitted = sum(future.done() for future in futures)
+            line = f"  {len(finished)}/{len(current)} accepted jobs finished ({submitted}/{jobs} submitted)"
+            if line != last_line and time.monotonic() >= next_say:
+                say(line)
+                last_line, next_say = line, time.monotonic() + 5.0
+            next_poll = time.monotonic() + 2.0
+        if all(f.done() for f in futures) and len(finished) == len(accepted):
+            break
+        time.sleep(0.1)
+    pool.shutdown(wait=True, cancel_futures=True)
+    for future in futures:  # a submission that raised is a bug of the soak itself: say so
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            raise error
+    finish_line = last_finished
+    # A last double round after every job finished and every short grant fell due (it must
+    # expire them), then let every injected copy be consumed before the checks.
+    due = max((user.short_expiry for user in people if user.short_expiry), default=None)
+    while due is not None and datetime.now(UTC) <= due and time.monotonic() < deadline:
+        time.sleep(0.5)
+    swept_at = datetime.now(UTC)
+    for user in people:
+        user.swept_at = swept_at
+    for expression in CRONS:
+        fire_pair(expression)
+    left = target.messages_left()
+    while left and time.monotonic() < deadline:
+        time.sleep(1.0)
+        left = target.messages_left()
+    say(f"  queues settled ({left} message(s) left)" if left is not None else "  (queues not checked)")
+
+    # --- the report --------------------------------------------------------------------------
+    rows = target.rows(list(accepted))
+    for job in accepted:
+        row = rows.get(job.job_id)
+        if row is None:
+            job.missing = True
+        else:
+            job.status, job.attempts, job.dead_lettered = row.status, row.attempts, row.dead_lettered
+    invariants: dict[str, int | None] = dict.fromkeys(INVARIANTS, 0)
+
+    def violate(name: str, what: str) -> None:
+        count = invariants[name]
+        invariants[name] = (count or 0) + 1
+        if len(examples[name]) < 20:
+            examples[name].append(what)
+
+    for job in accepted:
+        label = f"{job.job_id} ({job.kind}, {job.fault.name}, user {job.user_id})"
+        if job.missing or job.status not in (SUCCEEDED, FAILED_FINAL):
+            violate("jobs_lost", f"{label}: {'row missing' if job.missing else job.status}")
+            continue
+        if job.outcome != job.fault.expect:
+            violate("wrong_terminal_status", f"{label}: {job.outcome}, expected {job.fault.expect}")
+        if job.attempts > target.max_attempts:
+            violate("attempts_over_budget", f"{label}: {job.attempts} attempts")
+    runs = target.runs
+    if runs is not None:
+        for job in accepted:
+            successes = runs.successes[job.job_id]
+            if successes > 1:
+                violate(
+                    "provider_successes_over_one", f"{job.job_id} ({job.kind}, {job.fault.name}): {successes}"
+                )
+            if job.status == SUCCEEDED and successes == 0:
+                violate("succeeded_without_provider_success", f"{job.job_id} ({job.kind}, {job.fault.name})")
+    else:
+        invariants["provider_successes_over_one"] = None
+        invariants["succeeded_without_provider_success"] = None
+    invariants["api_5xx"] = sum(n for status, n in api.statuses.items() if status >= 500 or status == 0)
+    examples["api_5xx"] = api.errors[:20]
+    invariants["api_rejections"] = len(examples["api_rejections"])
+    invariants["cron_errors"] = cron["errors"]
+    _check_ledgers(target, people, accepted, invariants, violate)
+    outage = {job.job_id for job in accepted if job.fault.expect == DEAD_LETTERED}
+    entries = target.dead_letters({job.job_id for job in accepted})
+    if entries is None:
+        invariants["dead_letter_mismatches"] = None
+    else:
+        for job_id in sorted(entries - outage):
+            violate("dead_letter_mismatches", f"{job_id}: a DLQ entry for a job that must not have one")
+        for job_id in sorted(outage - entries):
+            violate("dead_letter_mismatches", f"{job_id}: an outage job without a DLQ entry")
+
+    elapsed = max(finish_line - started, 1e-6)
+    outcomes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for job in plan:
+        outcomes[job.fault.name][(job.outcome or ("not accepted" if not job.job_id else "unfinished"))] += 1
+    figures: dict[str, Any] = {
+        "jobs_planned": jobs,
+        "jobs_accepted": len(accepted),
+        "retries": sum(max(0, job.attempts - 1) for job in accepted),
+        "dead_letter_entries": len(entries) if entries is not None else None,
+        "copies_on_main_queues": injected["main_queue_early"] + injected["main_queue_late"],
+        "copies_on_main_queues_in_flight": injected["main_queue_early"],
+        "copies_on_main_queues_after_finish": injected["main_queue_late"],
+        "copies_on_dead_letter_queues": injected["dead_letter_queue"],
+        "cron_double_fires": cron["pairs"],
+        "cron_double_fires_both_ran": cron["pairs_both_ran"],
+        "short_grants": sum(len(user.short_grants) for user in people),
+        "api_answers": {str(status): n for status, n in sorted(api.statuses.items())},
+        "messages_left": left,
+    }
+    if runs is not None:
+        figures |= {
+            "provider_runs": sum(runs.calls.values()),
+            "provider_crashes": sum(runs.crashes.values()),
+            "jobs_crashed_and_recovered": sum(
+                1 for job in accepted if runs.crashes[job.job_id] and job.status == SUCCEEDED
+            ),
+        }
+    else:
+        figures["provider_runs_approximated_from_attempts"] = sum(job.attempts for job in accepted)
+    report = SoakReport(
+        target=target.label,
+        seed=seed,
+        jobs=len(accepted),
+        users=len(people),
+        duration_seconds=round(time.monotonic() - started, 1),
+        jobs_per_second=round(len(accepted) / elapsed, 2),
+        invariants=invariants,
+        figures=figures,
+        outcomes={name: dict(counts) for name, counts in outcomes.items()},
+        examples={name: lines for name, lines in examples.items() if lines},
+        notes=list(target.notes),
+    )
+    return report
+
+
+def _check_ledgers(
+    target: SoakTarget,
+    people: list[SoakUser],
+    accepted: list[SoakJob],
+    invariants: dict[str, int | None],
+    violate: Callable[[str, str], None],
+) -> None:
+    views = {user.user_id: target.ledger(user) for user in people}
+    if any(view is None for view in views.values()):
+        invariants["balance_mismatches"] = None
+        invariants["ledger_errors_per_job"] = None
+        invariants["grants_not_expired"] = None
+        return
+    jobs_of: dict[str, list[SoakJob]] = defaultdict(list)
+    for job in accepted:
+        jobs_of[job.user_id].append(job)
+    for user in people:
+        view = views[user.user_id]
+        assert view is not None
+        totals = Counter(view.totals)
+        # Grants made (locally) or the balance at the start (deployed), minus what expired since,
+        # minus the price of every job that was not refunded.
+        kept = sum(job.price for job in jobs_of[user.user_id] if job.status != FAILED_FINAL)
+        expected = user.granted - view.expired_since - kept
+        internal = totals["grant"] - totals["debit"] + totals["refund"] - totals["expire"]
+        problems = []
+        if view.balance != expected:
+            problems.append(f"balance {view.balance}, expected {expected}")
+        if view.balance != internal:
+            problems.append(f"balance {view.balance} != ledger sum {internal}")
+        if view.api_balance is not None and view.api_balance != view.balance:
+            problems.append(f"GET /credits says {view.api_balance}")
+        ours = {job.job_id for job in jobs_of[user.user_id]}
+        strangers = sorted(job_id for job_id in view.per_job if job_id not in ours)
+        if problems and strangers:
+            problems.append(f"ledger entries of jobs the soak never saw accepted: {strangers[:5]}")
+        if problems:
+            violate("balance_mismatches", f"user {user.user_id}: " + "; ".join(problems))
+        for _grant in range(view.short_grants_unexpired):
+            violate("grants_not_expired", f"user {user.user_id}: a grant due before the final round")
+        for job in jobs_of[user.user_id]:
+            counts = view.per_job.get(job.job_id, Counter())
+            refund_due = 1 if job.status == FAILED_FINAL else 0
+            if counts["debit"] != 1 or counts["refund"] != refund_due:
+                violate(
+                    "ledger_errors_per_job",
+                    f"{job.job_id} ({job.fault.name}, {job.status}): "
+                    f"{counts['debit']} debit(s), {counts['refund']} refund(s)",
+                )
+            elif refund_due and view.refund_amounts.get(job.job_id) != job.price:
+                violate(
+                    "ledger_errors_per_job",
+                    f"{job.job_id}: refund of {view.refund_amounts.get(job.job_id)}, price {job.price}",
+                )

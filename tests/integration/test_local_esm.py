@@ -1,0 +1,84 @@
+"""The event-source emulation against a moto queue: what a partial batch response deletes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from aijobs_cli.esm import InvalidBatchResponse, QueueMapping
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def mapping() -> Iterator[QueueMapping]:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        # Visibility timeout 0: whatever the mapping does not delete is visible again at once.
+        url = sqs.create_queue(QueueName="esm-test", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]
+        for index in range(3):
+            sqs.send_message(QueueUrl=url, MessageBody=f"body-{index}")
+        yield QueueMapping(
+            sqs=sqs,
+            queue_url=url,
+            queue_arn="arn:aws:sqs:us-east-1:123456789012:esm-test",
+            handler=lambda _event, _context: None,
+            function_name="esm-test-consumer",
+            batch_size=10,
+        )
+
+
+def _left_in_queue(mapping: QueueMapping) -> list[str]:
+    response = mapping.sqs.receive_message(QueueUrl=mapping.queue_url, MaxNumberOfMessages=10)
+    return sorted(message["Body"] for message in response.get("Messages", []))
+
+
+def _answering(items: Callable[[list[str]], list[Any]]) -> Callable[[dict[str, Any], Any], Any]:
+    """A fake consumer that reports `items(message ids of the batch)` as its batchItemFailures."""
+
+    def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        return {"batchItemFailures": items([record["messageId"] for record in event["Records"]])}
+
+    return handler
+
+
+def test_only_the_reported_failure_stays_in_the_queue(mapping: QueueMapping) -> None:
+    bodies: dict[str, str] = {}
+
+    def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        bodies.update({r["messageId"]: r["body"] for r in event["Records"]})
+        failed = next(r["messageId"] for r in event["Records"] if r["body"] == "body-1")
+        return {"batchItemFailures": [{"itemIdentifier": failed}]}
+
+    mapping.handler = handler
+    outcome = mapping.poll_once()
+    assert (outcome.received, outcome.error) == (3, None)
+    assert [bodies[i] for i in outcome.failed_ids] == ["body-1"]
+    assert _left_in_queue(mapping) == ["body-1"]
+
+
+@pytest.mark.parametrize(
+    "bad_item",
+    [{"itemIdentifier": "not-a-message-of-this-batch"}, {"itemIdentifier": ""}, {"itemIdentifier": None}],
+    ids=["unknown id", "empty id", "null id"],
+)
+def test_an_invalid_item_identifier_fails_the_whole_batch(
+    mapping: QueueMapping, bad_item: dict[str, Any]
+) -> None:
+    mapping.handler = _answering(lambda ids: [{"itemIdentifier": ids[0]}, bad_item])
+    outcome = mapping.poll_once()
+    assert isinstance(outcome.error, InvalidBatchResponse)
+    assert outcome.received == 3
+    assert len(outcome.failed_ids) == 3
+    assert _left_in_queue(mapping) == ["body-0", "body-1", "body-2"]
+
+
+def test_an_empty_response_deletes_the_whole_batch(mapping: QueueMapping) -> None:
+    mapping.handler = _answering(lambda _ids: [])
+    outcome = mapping.poll_once()
+    assert (outcome.received, outcome.failed_ids, outcome.error) == (3, [], None)
+    assert _left_in_queue(mapping) == []

@@ -1,0 +1,134 @@
+"""The chaos soak CI runs, and the `#crash` recovery it relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from aijobs import runtime
+from aijobs.domain import JobStatus
+from aijobs.observability import logger
+from aijobs.providers.local import SimulatedCrash
+from aijobs_cli.main import app
+from aijobs_cli.soak import DEAD_LETTERED, FAULTS, INVARIANTS, LocalSoakTarget, SoakReport, run_soak
+from tests.integration.harness import Stage
+
+pytestmark = pytest.mark.integration
+
+TEXT = "Queues decouple accepting work from doing it. The consumer does the slow part."
+
+
+def test_a_crashed_attempt_keeps_its_lease_and_is_recovered_with_a_second_attempt(stage: Stage) -> None:
+    job = stage.submit("user-1", "summary", "#crash " + TEXT)
+    mapping = stage.mapping("summary")
+    receipts: list[str] = []
+    consumer_handle = mapping.handler
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        receipts.extend(record["receiptHandle"] for record in event["Records"])
+        return consumer_handle(event, context)
+
+    mapping.handler = handler
+    crashed = mapping.poll_once()
+    assert isinstance(crashed.error, SimulatedCrash)
+    # The invocation died: no row update beyond the claim, nothing deleted, no batch answer.
+    row = stage.job(job)
+    assert (row.status, row.attempts) == (JobStatus.RUNNING, 1)
+    assert crashed.response is None
+
+    # Like SQS after the visibility timeout, without waiting for it; the lease has expired too.
+    stage.clock.advance(stage.resources.config.lease_seconds + 1)
+    for receipt in receipts:
+        stage.sqs.change_message_visibility(
+            QueueUrl=stage.resources.queue_urls["summary"], ReceiptHandle=receipt, VisibilityTimeout=0
+        )
+    recovered = mapping.poll_once()
+    assert (recovered.received, recovered.failed_ids, recovered.error) == (1, [], None)
+    row = stage.job(job)
+    assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 2)
+    assert stage.provider.calls[job.job_id] == 2
+
+
+def test_a_redelivered_crash_inside_the_lease_is_acknowledged_without_running(stage: Stage) -> None:
+    job = stage.submit("user-1", "summary", "#crash " + TEXT)
+    mapping = stage.mapping("summary")
+    assert isinstance(mapping.poll_once().error, SimulatedCrash)
+    stage.send(job)  # a duplicate while the crashed attempt still holds the lease
+    assert mapping.poll_once().failed_ids == []
+    row = stage.job(job)
+    assert (row.status, row.attempts) == (JobStatus.RUNNING, 1)
+    assert stage.provider.calls[job.job_id] == 1
+
+
+@pytest.fixture
+def quiet_logs() -> Iterator[None]:
+    """The soak runs every function in-process: keep their INFO logs out of the captured output."""
+    handler: Any = logger.registered_handler
+    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
+    logger.setLevel("WARNING")
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        logger.setLevel(saved_level)
+        handler.setStream(saved_stream)
+        runtime.reset_runtime()
+
+
+def _assert_clean(report: SoakReport) -> None:
+    problems = {name: report.examples.get(name, []) for name, count in report.invariants.items() if count}
+    assert report.ok, f"invariants violated: {problems}"
+    assert set(report.invariants) == set(INVARIANTS)
+    assert all(count == 0 for count in report.invariants.values()), "every check measured locally"
+
+
+# The smallest consumer timeout the stage allows: a crashed batch reappears after 6 x 3 + 1 = 19 s
+# instead of 31 s. The lease stays at .env.local's 10 s (at least the timeout, as the config requires).
+CI_SOAK = {"CONSUMER_TIMEOUT_SECONDS": "3"}
+
+
+def test_ci_soak_every_invariant_is_zero(quiet_logs: None) -> None:
+    with LocalSoakTarget(CI_SOAK) as target:
+        # A generous deadline: a run ends as soon as every job finished and the queues are empty.
+        report = run_soak(target, jobs=200, users=6, seed=20261129, timeout_seconds=600)
+    _assert_clean(report)
+    figures = report.figures
+    assert report.jobs == figures["jobs_accepted"] == 200
+    # The report counted what it claims to have done.
+    assert figures["copies_on_main_queues_in_flight"] > 0
+    assert figures["copies_on_main_queues_after_finish"] > 0
+    assert figures["copies_on_dead_letter_queues"] > 0
+    assert figures["cron_double_fires"] >= 2 * 2  # at least one round during the run + the final one
+    assert figures["short_grants"] >= 2
+    crash_jobs = sum(report.outcomes["crash"].values())
+    assert crash_jobs > 0
+    assert figures["provider_crashes"] >= crash_jobs
+    assert figures["jobs_crashed_and_recovered"] == crash_jobs
+    assert figures["retries"] > 0
+    outage = sum(report.outcomes["outage-503"].values())
+    assert figures["dead_letter_entries"] == outage > 0
+    for fault in FAULTS:
+        assert report.outcomes[fault.name] == {fault.expect: sum(report.outcomes[fault.name].values())}
+    assert report.outcomes["outage-503"] == {DEAD_LETTERED: outage}
+
+
+def test_cli_soak_of_a_deployed_stage_needs_url_and_key() -> None:
+    result = CliRunner().invoke(app, ["soak", "--api-url", "https://example.invalid"])
+    assert result.exit_code == 1
+    assert "--api-key" in result.output
+
+
+def test_cli_soak_reports_json_and_exit_code(quiet_logs: None) -> None:
+    result = CliRunner().invoke(app, ["soak", "--jobs", "3", "--users", "2", "--seed", "3", "--json"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == (0 if report["ok"] else 1), report["examples"]
+    assert report["ok"], report["examples"]
+    assert report["jobs"] == 3
+    assert report["invariants"]["jobs_lost"] == 0
