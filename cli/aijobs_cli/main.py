@@ -9,6 +9,7 @@ bad input exits non-zero with a message.
 from __future__ import annotations
 
 import json
+import mimetypes
 import signal
 import statistics
 import time
@@ -18,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -135,13 +137,38 @@ def dev(
         Path, typer.Option("--info-file", help="where to write connection details")
     ] = DEFAULT_INFO,
     stage: Annotated[str, typer.Option(help="stage configuration to run (.env.<stage>)")] = "local",
+    provider: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--provider",
+            help="KIND=PROVIDER, repeatable (e.g. summary=openai); replaces the file's KIND_PROVIDERS",
+        ),
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", help="KIND=MODEL, repeatable (e.g. summary=llama3.2); replaces KIND_MODELS"),
+    ] = None,
+    openai_base_url: Annotated[
+        str | None,
+        typer.Option(help="an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1 (Ollama)"),
+    ] = None,
 ) -> None:
-    """Start the whole system locally (moto, HTTP API, pollers, DLQ consumer, schedules). Ctrl-C stops it."""
+    """Start the whole system locally (moto, HTTP API, pollers, DLQ consumer, schedules). Ctrl-C stops it.
+
+    Real models on a laptop: `--provider summary=openai --openai-base-url http://127.0.0.1:11434/v1`
+    (the key, if the server wants one, comes from the OPENAI_API_KEY environment variable)."""
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cli.local_stack import LocalStack
 
+    overrides: dict[str, object] = {}
+    if provider:
+        overrides["KIND_PROVIDERS"] = ";".join(provider)
+    if model:
+        overrides["KIND_MODELS"] = ";".join(model)
+    if openai_base_url:
+        overrides["OPENAI_BASE_URL"] = openai_base_url
     try:
-        config = load_stage_config(stage)
+        config = load_stage_config(stage, overrides)
     except ConfigError as error:
         raise _fail(f"invalid stage configuration: {error}") from None
     info_file.parent.mkdir(parents=True, exist_ok=True)
@@ -167,6 +194,7 @@ def dev(
     out.print(
         f"[bold]API[/bold]        {stack.api_url}   (OpenAPI: {stack.api_url}/openapi.json)\n"
         f"[bold]API key[/bold]    {key}   (user '{stack.info()['demo_user']}', with credits)\n"
+        f"[bold]admin key[/bold]  {stack.admin_key}   (operator: {stack.api_url}/_local/*, `aijobs resume`)\n"
         f"[bold]AWS (moto)[/bold] {stack.endpoint_url}\n"
         f"[bold]stage[/bold]      {config.stage}: queues {', '.join(config.queue_names)}\n"
         f"[bold]info file[/bold]  {info_file}\n\n{examples}\n\nCtrl-C stops it."
@@ -205,10 +233,49 @@ def _parse_options(options: list[str]) -> dict[str, Any]:
     return parsed
 
 
+# Extensions the platform's mimetypes tables may not know (or map differently).
+_UPLOAD_TYPES = {".ndjson": "application/x-ndjson", ".jsonl": "application/x-ndjson", ".md": "text/markdown"}
+
+
+def _upload_input(target: Target, path: Path, content_type: str | None) -> str:
+    """Upload `path` through `POST /uploads` and its presigned form; returns the `inputRef`."""
+    if not path.is_file():
+        raise _fail(f"no such file: {escape(str(path))}")
+    content_type = (
+        content_type or _UPLOAD_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0]
+    )
+    if content_type is None:
+        raise _fail(
+            f"cannot tell the content type of {escape(path.name)} from its extension: pass --content-type"
+        )
+    data = path.read_bytes()
+    if not data:
+        raise _fail(f"{escape(str(path))} is empty")
+    form = _api(
+        target, "POST", "/uploads", {"contentType": content_type, "size": len(data), "name": path.name}
+    )
+    try:
+        target.upload(form, data, path.name)
+    except TargetError as error:
+        raise _fail(escape(str(error))) from None
+    return str(form["inputRef"])
+
+
 @app.command()
 def submit(
     kind: str,
-    text: Annotated[str, typer.Argument(help="the input text or prompt")],
+    text: Annotated[
+        str | None, typer.Argument(help="the input text or prompt (or give --file)", show_default=False)
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", "-f", help="upload this file as the input (sent as `inputRef`) instead of TEXT"
+        ),
+    ] = None,
+    content_type: Annotated[
+        str | None, typer.Option("--content-type", help="the file's media type (default: from its extension)")
+    ] = None,
     option: Annotated[list[str], typer.Option("--option", "-o", help="KEY=VALUE job option")] = [],  # noqa: B006
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
     wait: Annotated[bool, typer.Option(help="wait until the job is finished")] = False,
@@ -218,12 +285,22 @@ def submit(
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Submit a job."""
+    """Submit a job, with TEXT as its input or with --file PATH uploaded first.
+
+    Each --file run uploads a new object: re-running it with the same --idempotency-key is a
+    409 (same key, another inputRef), not a replay.
+    """
+    if (text is None) == (file is None):
+        raise _fail("give the input as TEXT or as --file PATH (one of them)")
+    options = _parse_options(option)
     target = _target(info_file, api_url, api_key)
+    payload: dict[str, Any] = {"kind": kind, "options": options}
+    if file is not None:
+        payload["inputRef"] = _upload_input(target, file, content_type)
+    else:
+        payload["input"] = text
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    body = _api(
-        target, "POST", "/jobs", {"kind": kind, "input": text, "options": _parse_options(option)}, headers
-    )
+    body = _api(target, "POST", "/jobs", payload, headers)
     if wait:
         body = _wait(target, body["jobId"], timeout)
     _emit(body, as_json, lambda b: out.print(f"{b['jobId']}  {b['status']}"))
@@ -432,8 +509,10 @@ def resume(
     if kind not in target.queue_urls:
         raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
     if target.is_local:
-        assert target.admin_url
-        local = Target(stage=target.stage, api_url=target.admin_url)
+        try:
+            local = target.local_control()
+        except TargetError as error:
+            raise _fail(str(error)) from None
         result = _api(local, "POST", f"/consumers/{kind}/resume")
     else:
         from aijobs import aws
@@ -720,6 +799,86 @@ def demo(
 
 def _percentile(ordered: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+# --- chaos soak ----------------------------------------------------------------------------------
+
+
+@app.command()
+def soak(
+    jobs: Annotated[int, typer.Option(min=1, max=100_000, help="jobs to submit")] = 300,
+    users: Annotated[int, typer.Option(min=1, max=1000, help="users (each with its own key and grants)")] = 6,
+    seed: Annotated[int, typer.Option(help="seed of the job mix and the injections")] = 1,
+    timeout: Annotated[
+        float, typer.Option(min=10, help="seconds before unfinished jobs count as lost")
+    ] = 900.0,
+    verbose: Annotated[bool, typer.Option(help="show the functions' warnings and errors")] = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Chaos soak: a mix of faults, duplicate messages, double cron fires and killed attempts, then
+    an invariant report. Exits 1 when any invariant is not 0.
+
+    By default it starts its own local stack (stage `local`). With --api-url/--api-key it soaks a
+    deployed stage (add --stack for copies, cron fires, ledger and DLQ checks; not verified here).
+    """
+    from aijobs.observability import logger
+    from aijobs_cli.soak import INVARIANTS, DeployedSoakTarget, LocalSoakTarget, SoakTarget, run_soak
+
+    if not verbose:
+        logger.setLevel("CRITICAL")
+    target: SoakTarget
+    if api_url or stack:
+        if not api_url or not api_key:
+            raise _fail("a deployed soak needs --api-url and --api-key (and --stack for AWS access)")
+        aws_target = _target(None, api_url, api_key, stack, profile, region) if stack else None
+        max_retries = 3
+        try:
+            from aijobs_cdk.stage import load_stage_config
+
+            if aws_target is not None:
+                max_retries = load_stage_config(aws_target.stage).max_retries
+        except ConfigError:
+            pass  # no local copy of that stage's configuration: the default budget
+        try:
+            target = DeployedSoakTarget(api_url, api_key, aws_target, max_retries)
+        except TargetError as error:
+            raise _fail(str(error)) from None
+        report = run_soak(target, jobs=jobs, users=1, seed=seed, timeout_seconds=timeout, progress=err.print)
+    else:
+        with LocalSoakTarget() as local:
+            report = run_soak(
+                local, jobs=jobs, users=users, seed=seed, timeout_seconds=timeout, progress=err.print
+            )
+    if as_json:
+        out.print_json(json.dumps(report.to_dict(), default=str))
+    else:
+        table = Table("invariant", "count", "means")
+        for name, count in report.invariants.items():
+            shown = "n/a" if count is None else ("[green]0[/green]" if count == 0 else f"[red]{count}[/red]")
+            table.add_row(name, shown, INVARIANTS[name])
+        out.print(table)
+        outcomes = Table("fault", "outcomes")
+        for fault, counts in report.outcomes.items():
+            outcomes.add_row(fault, ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        out.print(outcomes)
+        out.print(
+            f"{report.jobs} jobs, {report.users} users, {report.duration_seconds} s, "
+            f"{report.jobs_per_second} jobs/s, seed {report.seed}, target: {report.target}"
+        )
+        out.print_json(json.dumps(report.figures, default=str))
+        for name, lines in report.examples.items():
+            out.print(f"[bold]{name}[/bold]")
+            for line in lines:
+                out.print(f"  {line}", markup=False, highlight=False)
+        for note in report.notes:
+            out.print(f"[yellow]note:[/yellow] {note}")
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

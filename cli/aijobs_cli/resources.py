@@ -64,7 +64,7 @@ class StageResources:
             "QUEUE_NAME": kind,
             "QUEUE_URL": self.queue_urls[kind],
             "DLQ_URL": self.dlq_urls[kind],
-            **self.config.consumer_settings_env(),
+            **self.config.consumer_settings_env(kind),
         }
         ConsumerSettings.from_env(env)
         return env

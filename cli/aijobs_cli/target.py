@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -48,6 +50,8 @@ class Target:
     queue_urls: dict[str, str] = field(default_factory=dict)
     dlq_urls: dict[str, str] = field(default_factory=dict)
     admin_url: str | None = None
+    # The local stack's operator key: its /_local/ control endpoints require an admin principal.
+    admin_key: str | None = None
     consumer_functions: dict[str, str] = field(default_factory=dict)
     cron_function: str | None = None
 
@@ -80,6 +84,7 @@ class Target:
             queue_urls=dict(info["queue_urls"]),
             dlq_urls=dict(info["dlq_urls"]),
             admin_url=info.get("admin_url"),
+            admin_key=info.get("admin_key"),
         )
         os.environ.update(local_environment(info["aws_endpoint_url"]))
         aws.reset_clients()
@@ -144,6 +149,34 @@ class Target:
         except urllib.error.URLError as error:
             raise TargetError(f"cannot reach {self.api_url}: {error.reason}") from None
 
+    def upload(self, form: dict[str, Any], data: bytes, filename: str) -> None:
+        """Send `data` with a presigned form from `POST /uploads` (multipart/form-data, as S3 wants:
+        every field first, the file last). A refusal (wrong type or size, expired form) raises
+        TargetError with S3's own reason."""
+        if form.get("method") != "POST":
+            raise TargetError(f"unsupported upload method {form.get('method')!r}")
+        content_type = str(form["fields"].get("Content-Type", "application/octet-stream"))
+        body, boundary = _multipart(dict(form["fields"]), data, filename, content_type)
+        request = urllib.request.Request(str(form["url"]), data=body, method="POST")  # noqa: S310
+        request.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
+        for key, value in dict(form.get("headers") or {}).items():
+            request.add_header(key, value)
+        try:
+            with urllib.request.urlopen(request, timeout=120):  # noqa: S310 - the URL the API signed
+                return
+        except urllib.error.HTTPError as error:
+            raise TargetError(f"the upload was refused: {error.code} {_s3_reason(error.read())}") from None
+        except urllib.error.URLError as error:
+            raise TargetError(f"cannot reach {form['url']}: {error.reason}") from None
+
+    def local_control(self) -> Target:
+        """The local stack's /_local/ control endpoints, called with its operator (admin) key."""
+        if not self.admin_url or not self.admin_key:
+            raise TargetError(
+                "the info file has no admin_url/admin_key: restart the local stack with `aijobs dev`"
+            )
+        return Target(stage=self.stage, api_url=self.admin_url, api_key=self.admin_key)
+
     # --- operator collaborators ----------------------------------------------------------------
 
     def _need(self, value: Any, what: str) -> Any:
@@ -183,6 +216,32 @@ class Target:
 def _binding(kind: str) -> str:
     """The output-id form of a queue's binding (CloudFormation ids drop the underscores)."""
     return binding_name(kind).replace("_", "")
+
+
+def _multipart(fields: dict[str, str], data: bytes, filename: str, content_type: str) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    safe_name = re.sub(r'["\r\n\\]', "_", filename)
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{safe_name}"\r\n'
+        f"Content-Type: {content_type}\r\n\r\n".encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    return b"".join(parts), boundary
+
+
+def _s3_reason(raw: bytes) -> str:
+    """`Code: Message` from S3's XML error body (or the start of whatever came back)."""
+    text = raw.decode(errors="replace")
+    code = re.search(r"<Code>(.*?)</Code>", text, re.DOTALL)
+    message = re.search(r"<Message>(.*?)</Message>", text, re.DOTALL)
+    if code is None:
+        return text.strip()[:300] or "no reason given"
+    return f"{code.group(1)}: {message.group(1) if message else ''}".strip(": ")
 
 
 def _json(raw: bytes) -> Any:

@@ -51,5 +51,9 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "AUTH_MODE": "jwt",
             "JWT_ISSUER_URL": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
             "JWT_AUDIENCE": "example-client-id",
+            # Providers: embedding on an OpenAI-compatible endpoint, summary with a second model.
+            "KIND_PROVIDERS": "embedding=openai",
+            "OPENAI_SECRET_NAME": "aijobs/openai-key",
+            "KIND_ALLOWED_MODELS": "summary=amazon.nova-pro-v1:0",
         },
     )

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
+from aijobs_cdk.constructs.model_access import POLLY_ACTIONS
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
@@ -19,7 +20,13 @@ SETTINGS_BY_HANDLER: dict[str, type[FunctionSettings]] = {
     "cron_dispatcher.handler.handler": CronSettings,
 }
 # Actions without resource-level permissions; nothing else may use a bare "*".
-UNSCOPED_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "lambda:ListEventSourceMappings"}
+# Actions that support no resource-level permissions (Polly's only scope lexicons, which we do not use).
+UNSCOPED_ACTIONS = {
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "lambda:ListEventSourceMappings",
+    *POLLY_ACTIONS,
+}
 
 
 def _resolved_environment(props: dict[str, Any]) -> dict[str, str]:

@@ -22,6 +22,8 @@ def stage_values() -> dict[str, str]:
         "RETRY_BASE_DELAY_SECONDS": "0",
         "THROTTLE_DELAY_SECONDS": "0",
         "PROVIDER_RECHECK_SECONDS": "0",
+        # The pipeline's tests run the local provider; adapters have their own tests.
+        "PROVIDER": "local",
     }
 
 

@@ -134,6 +134,11 @@ class Stage:
         assert row is not None
         return row
 
+    def job_by_id(self, user_id: str, job_id: str) -> Job:
+        row = self.store_for(user_id).get(user_id, job_id)
+        assert row is not None
+        return row
+
     def receive(self, url: str, count: int = 10) -> list[Any]:
         response = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=count, AttributeNames=["All"])
         messages: list[Any] = response.get("Messages", [])

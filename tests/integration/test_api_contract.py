@@ -19,6 +19,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, set[int]]] = {
     ("/jobs", "get"): ("listJobs", {200, 400, 401, 422, 500}),
     ("/credits", "get"): ("getCredits", {200, 401, 422, 500}),
     ("/classify", "post"): ("classify", {200, 400, 401, 413, 415, 422, 500, 503}),
+    ("/uploads", "post"): ("createUpload", {201, 400, 401, 413, 415, 422, 500}),
 }
 
 

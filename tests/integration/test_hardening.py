@@ -329,3 +329,15 @@ def test_copies_of_one_dead_letter_record_and_alert_once(stage: Stage) -> None:
     (entry,) = list_dead_letters(_meta(stage), "summary")
     assert (entry.job_id, entry.job_status) == (job.job_id, "failed_final")
     assert len(stage.receive(inbox)) == 1
+
+
+def test_a_batch_of_texts_embeds_in_one_job(stage: Stage) -> None:
+    job = stage.submit("alice", "embedding", {"texts": ["solar power", "wind power", "tidal power"]})
+    list(stage.drain("embedding"))
+    row = stage.job(job)
+    assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
+    output = row.result["output"]
+    assert output["count"] == 3
+    assert len(output["vectors"]) == 3
+    assert output["vectors"][0] != output["vectors"][1]
+    assert stage.provider.calls[job.job_id] == 1

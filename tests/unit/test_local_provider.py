@@ -23,7 +23,7 @@ from aijobs.errors import (
     TransientProviderError,
 )
 from aijobs.providers.base import Provider, ProviderRequest, ProviderResult
-from aijobs.providers.local import LocalProvider
+from aijobs.providers.local import LocalProvider, SimulatedCrash
 from aijobs.providers.registry import PROVIDER_NAMES, get_provider
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -287,12 +287,39 @@ def test_directives_in_dict_input_are_read_and_stripped(provider: LocalProvider)
         "#running:-1",
         "#sleep:abc",
         "#sleep:31",
+        "#crash:",
+        "#crash:x",
+        "#crash:-1",
     ],
 )
 def test_malformed_directive_is_invalid_input_naming_it(provider: LocalProvider, directive: str) -> None:
     with pytest.raises(InvalidInputError) as caught:
         provider.run(request(input=f"{directive} {SOLAR}"))
     assert directive in str(caught.value)
+
+
+def test_crash_kills_the_first_attempt_only_and_is_no_provider_error(
+    provider: LocalProvider, sleeps: list[float]
+) -> None:
+    text = f"#sleep:0.2 #crash {SOLAR}"
+    with pytest.raises(SimulatedCrash, match="attempt 1") as caught:
+        provider.run(request(input=text, attempt=1))
+    # Nothing that catches Exception (the batch processor, the consumer) can swallow it.
+    assert not isinstance(caught.value, Exception)
+    assert sleeps == [0.2]
+    result = provider.run(request(input=text, attempt=2))
+    assert result.output == provider.run(request(input=SOLAR)).output
+
+
+def test_crash_n_kills_attempts_up_to_n_and_combines_with_failures(provider: LocalProvider) -> None:
+    text = f"#CRASH:2 #fail:503x3 {SOLAR}"
+    for attempt in (1, 2):
+        with pytest.raises(SimulatedCrash):
+            provider.run(request(input=text, attempt=attempt))
+    with pytest.raises(TransientProviderError):
+        provider.run(request(input=text, attempt=3))
+    assert provider.run(request(input=text, attempt=4)).status == "succeeded"
+    assert provider.run(request(input=f"#crash:0 {SOLAR}")).status == "succeeded"
 
 
 def test_unknown_hashtag_is_ordinary_text_and_ends_directives(provider: LocalProvider) -> None:
@@ -302,6 +329,8 @@ def test_unknown_hashtag_is_ordinary_text_and_ends_directives(provider: LocalPro
     running_word = provider.run(request(input="#running late again. The bus broke down."))
     assert running_word.status == "succeeded"
     assert running_word.output["summary"].startswith("#running late again.")
+    crash_word = provider.run(request(input="#crashed servers. Everyone was paged at night."))
+    assert crash_word.output["summary"].startswith("#crashed servers.")
 
 
 # --- summary ------------------------------------------------------------------------------------
@@ -617,15 +646,15 @@ def test_registry_returns_a_cached_local_provider() -> None:
     assert isinstance(provider, LocalProvider)
     assert provider.name == "local"
     assert get_provider("local") is provider
-    assert PROVIDER_NAMES == ("local",)
+    assert PROVIDER_NAMES == ("local", "bedrock", "polly", "openai")
     result: ProviderResult = provider.run(request(input=SOLAR))
     assert result.status == "succeeded"
 
 
 def test_registry_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match="local") as caught:
-        get_provider("openai")
-    assert "openai" in str(caught.value)
+        get_provider("gemini")
+    assert "gemini" in str(caught.value)
 
 
 def test_outage_fails_every_attempt_until_an_operator_reruns_the_job() -> None:

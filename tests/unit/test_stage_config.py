@@ -17,9 +17,9 @@ from aijobs.stage_config import (
     ESM_MAX_CONCURRENCY_MIN,
     INT_KEYS,
     KNOWN_KEYS,
+    RECEIVE_HEADROOM,
     SQS_QUEUE_NAME_MAX,
     SQS_VISIBILITY_MAX_SECONDS,
-    RECEIVE_HEADROOM,
     ConfigError,
     StageConfig,
     binding_name,
@@ -289,7 +289,9 @@ def test_every_known_key_is_accepted_and_empty_means_default() -> None:
 
 def test_known_keys_cover_every_config_field() -> None:
     fields = {field.name for field in dataclasses.fields(StageConfig)} - {"stage", "crons"}
-    assert fields == {key.lower() for key in KNOWN_KEYS} - {"crons"}
+    # The three KIND_* provider keys become one validated plan per kind.
+    plan_keys = {"kind_providers", "kind_models", "kind_allowed_models"}
+    assert fields == ({key.lower() for key in KNOWN_KEYS} - {"crons"} - plan_keys) | {"provider_plans"}
 
 
 # --- crons ---------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ class JobQueue(Construct):
                 "QUEUE_NAME": kind,
                 "QUEUE_URL": self.queue.queue_url,
                 "DLQ_URL": self.dlq.queue_url,
-                **config.consumer_settings_env(),
+                **config.consumer_settings_env(kind),
             },
         )
         self.consumer.add_event_source(

@@ -9,12 +9,14 @@ from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk.aws_apigatewayv2_authorizers import HttpJwtAuthorizer
 from constructs import Construct
 
+from aijobs.provider_plan import CLASSIFY
 from aijobs.stage_config import StageConfig
 from aijobs_cdk.constructs.alerts import Alerts
 from aijobs_cdk.constructs.api import Api
 from aijobs_cdk.constructs.dead_letters import DeadLetters
 from aijobs_cdk.constructs.job_queue import JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.constructs.model_access import ModelAccess
 from aijobs_cdk.constructs.schedules import Schedules
 from aijobs_cdk.constructs.storage import INPUTS_PREFIX, RESULTS_PREFIX, JobStorage
 from aijobs_cdk.constructs.tables import Tables
@@ -131,6 +133,22 @@ class AijobsStack(Stack):
         for job_queue in queues:
             storage.bucket.grant_read(job_queue.consumer, f"{INPUTS_PREFIX}*")
             storage.bucket.grant_read_write(job_queue.consumer, f"{RESULTS_PREFIX}*")
+        # AI providers: each consumer only the models of its kind, the producer only classify's.
+        for job_queue in queues:
+            ModelAccess(
+                job_queue,
+                "ModelAccess",
+                fn=job_queue.consumer,
+                plans=[config.plan(job_queue.kind)],
+                openai_secret_name=config.openai_secret_name,
+            )
+        ModelAccess(
+            self,
+            "ClassifyModelAccess",
+            fn=producer,
+            plans=[config.plan(CLASSIFY)],
+            openai_secret_name=config.openai_secret_name,
+        )
         for fn in (producer, *(q.consumer for q in queues)):
             acknowledge_grant_wildcards(
                 fn,

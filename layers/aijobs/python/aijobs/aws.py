@@ -44,7 +44,8 @@ def sqs() -> SQSClient:
 
 @cache
 def s3() -> S3Client:
-    return boto3.client("s3", config=_CONFIG)
+    # SigV4 for presigned URLs and upload forms in every region (older regions default to SigV2).
+    return boto3.client("s3", config=_CONFIG.merge(Config(signature_version="s3v4")))
 
 
 @cache

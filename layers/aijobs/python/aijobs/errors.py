@@ -200,6 +200,24 @@ class InputRefNotFoundError(UnprocessableError):
     code = "input_ref_not_found"
 
 
+class InputRefTooLargeError(UnprocessableError):
+    """The object `inputRef` names is larger than its kind takes; `details` carries the cap."""
+
+    code = "input_ref_too_large"
+
+
+class UnsupportedUploadTypeError(UnprocessableError):
+    """`POST /uploads` for a content type no kind takes; `details` lists the allowed ones."""
+
+    code = "unsupported_upload_type"
+
+
+class UploadTooLargeError(UnprocessableError):
+    """`POST /uploads` for a file over its content type's cap; `details` carries the cap."""
+
+    code = "upload_too_large"
+
+
 # --- state transitions ---------------------------------------------------------------------------
 
 

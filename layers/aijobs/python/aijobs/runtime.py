@@ -18,7 +18,7 @@ from aijobs.consumer.registry import QUEUE_HANDLERS
 from aijobs.consumer.retry import RetryPolicy
 from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import utcnow
-from aijobs.providers.registry import get_provider
+from aijobs.providers.registry import build_provider, reset_providers
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronContext
 from aijobs.settings import (
@@ -57,7 +57,7 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
             aws.sqs(), {settings.queue_name: settings.queue_url}, {settings.queue_name: settings.dlq_url}
         ),
         results=ResultStore(aws.s3(), settings.bucket_name),
-        provider=get_provider(settings.provider),
+        provider=build_provider(settings.provider, settings, bucket=settings.bucket_name),
         handlers=QUEUE_HANDLERS,
         policy=RetryPolicy(
             base_delay_seconds=settings.retry_base_delay_seconds,
@@ -80,8 +80,9 @@ def api_service() -> JobService:
         directory=directory(settings),
         queues=JobQueues(aws.sqs(), settings.queue_urls),
         results=ResultStore(aws.s3(), settings.bucket_name),
-        provider=get_provider(settings.provider),
+        provider=build_provider(settings.provider, settings, bucket=settings.bucket_name),
         provider_name=settings.provider,
+        plans=settings.plans,
         max_inline_input_bytes=settings.max_inline_input_bytes,
         clock=utcnow,
         prices=settings.kind_prices,
@@ -141,3 +142,4 @@ def reset_runtime() -> None:
     ):
         factory.cache_clear()
     aws.reset_clients()
+    reset_providers()

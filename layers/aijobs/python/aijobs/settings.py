@@ -13,6 +13,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from aijobs.provider_plan import KindPlan, plans_from_setting
 from aijobs.stage_config import binding_name, parse_prices, split_list
 
 
@@ -59,7 +60,32 @@ class _QueueSettings(FunctionSettings):
         }
 
 
-class ApiSettings(_QueueSettings):
+class _ProviderSettings(BaseModel):
+    """Which provider and models serve each kind (the synth-time plan, see aijobs.provider_plan)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    provider: str = Field(validation_alias="PROVIDER", min_length=1)
+    kind_providers: str = Field(validation_alias="KIND_PROVIDERS", min_length=1)
+    kind_models: str = Field(validation_alias="KIND_MODELS", default="")
+    kind_allowed_models: str = Field(validation_alias="KIND_ALLOWED_MODELS", default="")
+    openai_base_url: str = Field(validation_alias="OPENAI_BASE_URL", min_length=1)
+    # Deployed stages read the OpenAI-compatible key from this secret; the local stack from
+    # the OPENAI_API_KEY environment variable of the developer's shell.
+    openai_secret_name: str | None = Field(validation_alias="OPENAI_SECRET_NAME", default=None)
+
+    @property
+    def plans(self) -> dict[str, KindPlan]:
+        return plans_from_setting(
+            {
+                "KIND_PROVIDERS": self.kind_providers,
+                "KIND_MODELS": self.kind_models,
+                "KIND_ALLOWED_MODELS": self.kind_allowed_models,
+            }
+        )
+
+
+class ApiSettings(_QueueSettings, _ProviderSettings):
     """The HTTP API (producer) function."""
 
     @field_validator("kind_prices", mode="before")
@@ -69,14 +95,13 @@ class ApiSettings(_QueueSettings):
 
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_inline_input_bytes: int = Field(validation_alias="MAX_INLINE_INPUT_BYTES", gt=0)
-    provider: str = Field(validation_alias="PROVIDER", min_length=1)
     # Credits per job by kind, `kind:credits;...`; every configured kind is listed by the stack.
     kind_prices: dict[str, int] = Field(validation_alias="KIND_PRICES")
     # api_key: the producer checks hashed keys; jwt: the gateway's JWT authorizer already did.
     auth_mode: Literal["api_key", "jwt"] = Field(validation_alias="AUTH_MODE")
 
 
-class ConsumerSettings(FunctionSettings):
+class ConsumerSettings(FunctionSettings, _ProviderSettings):
     """A queue consumer function: one per job kind, each running the shared dispatcher."""
 
     queue_name: str = Field(validation_alias="QUEUE_NAME", min_length=1)
@@ -85,7 +110,6 @@ class ConsumerSettings(FunctionSettings):
     bucket_name: str = Field(validation_alias="BUCKET_NAME", min_length=1)
     max_retries: int = Field(validation_alias="MAX_RETRIES", ge=0)
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
-    provider: str = Field(validation_alias="PROVIDER", min_length=1)
     retry_base_delay_seconds: int = Field(validation_alias="RETRY_BASE_DELAY_SECONDS", ge=0)
     retry_max_delay_seconds: int = Field(validation_alias="RETRY_MAX_DELAY_SECONDS", ge=1)
     throttle_delay_seconds: int = Field(validation_alias="THROTTLE_DELAY_SECONDS", ge=0)

@@ -10,8 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from aijobs.cron import CronError, CronExpression, parse_cron
+from aijobs.provider_plan import (
+    CLASSIFY,
+    KindPlan,
+    ProviderPlanError,
+    parse_provider_plan,
+    plans_setting,
+)
+from aijobs.provider_plan import PROVIDERS as PROVIDER_NAMES
 
 APP_NAME = "aijobs"
 SQS_QUEUE_NAME_MAX = 80
@@ -80,12 +89,19 @@ OPTIONAL_KEYS = (
     "QUEUE_MAX_CONCURRENCY",
     "ALERT_EMAIL",
     "PROVIDER",
+    "KIND_PROVIDERS",
+    "KIND_MODELS",
+    "KIND_ALLOWED_MODELS",
+    "OPENAI_BASE_URL",
+    "OPENAI_SECRET_NAME",
     "AUTH_MODE",
     "JWT_ISSUER_URL",
     "JWT_AUDIENCE",
 )
 AUTH_MODES = ("api_key", "jwt")
-PROVIDERS = ("local",)
+PROVIDERS = PROVIDER_NAMES
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
 KNOWN_KEYS = frozenset(INT_KEYS) | frozenset(LIST_KEYS) | frozenset(OPTIONAL_KEYS)
 
 
@@ -163,6 +179,11 @@ class StageConfig:
     stuck_queued_seconds: int
     provider: str
     kind_prices: tuple[tuple[str, int], ...] = ()
+    # Provider and model per kind (plus `classify`); see aijobs.provider_plan.
+    provider_plans: tuple[KindPlan, ...] = ()
+    openai_base_url: str = DEFAULT_OPENAI_BASE_URL
+    # Secrets Manager secret holding the OpenAI-compatible API key (deployed stages).
+    openai_secret_name: str | None = None
     auth_mode: str = "api_key"
     jwt_issuer_url: str | None = None
     jwt_audience: str | None = None
@@ -185,18 +206,34 @@ class StageConfig:
     # The tuning part of each function's environment (names and URLs are added by whoever
     # provisions: the CDK stack or the local stack). One place, so the two cannot drift apart.
 
+    def plan(self, kind: str) -> KindPlan:
+        """The provider plan of a kind (or `classify`)."""
+        for plan in self.provider_plans:
+            if plan.kind == kind:
+                return plan
+        raise KeyError(kind)
+
+    def _provider_env(self) -> dict[str, str]:
+        env = {**plans_setting(self.provider_plans), "OPENAI_BASE_URL": self.openai_base_url}
+        if self.openai_secret_name:
+            env["OPENAI_SECRET_NAME"] = self.openai_secret_name
+        return env
+
     def api_settings_env(self) -> dict[str, str]:
         return {
             "MAX_INLINE_INPUT_BYTES": str(self.max_inline_input_bytes),
-            "PROVIDER": self.provider,
+            # The synchronous classify path's provider.
+            "PROVIDER": self.plan(CLASSIFY).provider,
             "AUTH_MODE": self.auth_mode,
             "KIND_PRICES": self.prices_setting,
+            **self._provider_env(),
         }
 
-    def consumer_settings_env(self) -> dict[str, str]:
+    def consumer_settings_env(self, kind: str) -> dict[str, str]:
         return {
             "MAX_RETRIES": str(self.max_retries),
-            "PROVIDER": self.provider,
+            "PROVIDER": self.plan(kind).provider,
+            **self._provider_env(),
             "RETRY_BASE_DELAY_SECONDS": str(self.retry_base_delay_seconds),
             "RETRY_MAX_DELAY_SECONDS": str(self.retry_max_delay_seconds),
             "THROTTLE_DELAY_SECONDS": str(self.throttle_delay_seconds),
@@ -270,14 +307,28 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
 
     ints = {key.lower(): _int(values, key, spec) for key, spec in INT_KEYS.items()}
     auth_mode, jwt_issuer_url, jwt_audience = _auth(values)
+    try:
+        plans = parse_provider_plan(
+            stage=stage,
+            kinds=queue_names,
+            default_provider=values.get("PROVIDER"),
+            kind_providers=values.get("KIND_PROVIDERS"),
+            kind_models=values.get("KIND_MODELS"),
+            kind_allowed_models=values.get("KIND_ALLOWED_MODELS"),
+        )
+    except ProviderPlanError as error:
+        raise ConfigError(str(error)) from error
     config = StageConfig(
         stage=stage,
         queue_names=queue_names,
         crons=tuple(crons),
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
-        provider=_provider(values.get("PROVIDER")),
+        provider=_default_provider(stage, values.get("PROVIDER")),
         kind_prices=_prices(values.get("KIND_PRICES"), queue_names),
+        provider_plans=plans,
+        openai_base_url=_openai_base_url(stage, values.get("OPENAI_BASE_URL")),
+        openai_secret_name=_secret_name(values.get("OPENAI_SECRET_NAME")),
         auth_mode=auth_mode,
         jwt_issuer_url=jwt_issuer_url,
         jwt_audience=jwt_audience,
@@ -287,6 +338,15 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         raise ConfigError(
             f"JOB_LEASE_SECONDS={config.job_lease_seconds} must be at least CONSUMER_TIMEOUT_SECONDS="
             f"{config.consumer_timeout_seconds}: a consumer still running must never lose its job"
+        )
+    if (
+        any(plan.provider == "openai" for plan in plans)
+        and stage != "local"
+        and not config.openai_secret_name
+    ):
+        raise ConfigError(
+            "a kind runs on the openai provider: set OPENAI_SECRET_NAME to the Secrets Manager secret "
+            "holding its API key (never put the key itself in configuration)"
         )
     if config.batch_size > 10 and config.batch_window_seconds < 1:
         raise ConfigError("BATCH_SIZE above 10 needs BATCH_WINDOW_SECONDS of at least 1")
@@ -353,10 +413,32 @@ def _email(raw: str | None) -> str | None:
     return text
 
 
-def _provider(raw: str | None) -> str:
-    text = (raw or "").strip() or "local"
+def _default_provider(stage: str, raw: str | None) -> str:
+    """PROVIDER: the stage's default provider (`local` on the local stage, else `bedrock`)."""
+    text = (raw or "").strip() or ("local" if stage == "local" else "bedrock")
     if text not in PROVIDERS:
         raise ConfigError(f"PROVIDER={text!r} is not one of {list(PROVIDERS)}")
+    return text
+
+
+def _openai_base_url(stage: str, raw: str | None) -> str:
+    text = (raw or "").strip() or DEFAULT_OPENAI_BASE_URL
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"OPENAI_BASE_URL={text!r} must be an http(s) URL")
+    if parts.scheme == "http" and stage != "local" and parts.hostname not in ("127.0.0.1", "localhost"):
+        raise ConfigError(
+            f"OPENAI_BASE_URL={text!r} must use https on a deployed stage (the key travels with it)"
+        )
+    return text.rstrip("/")
+
+
+def _secret_name(raw: str | None) -> str | None:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    if not _SECRET_NAME.fullmatch(text):
+        raise ConfigError(f"OPENAI_SECRET_NAME={text!r} is not a Secrets Manager secret name")
     return text
 
 

@@ -35,6 +35,8 @@ from aijobs.api.schemas import (
     JobRequest,
     JobView,
     Links,
+    PresignedUpload,
+    UploadRequest,
 )
 from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, JobService
 from aijobs.domain import JobStatus
@@ -189,7 +191,10 @@ _ERROR_DESCRIPTIONS: dict[int, str] = {
     409: "Idempotency-Key reused with another body, or credits changed meanwhile",
     413: "body or inline input too large",
     415: "the body is not `application/json`",
-    422: "schema error (with field paths), unknown kind, or a missing or foreign input object",
+    422: (
+        "schema error (with field paths), unknown kind, a missing, foreign or oversized input object, "
+        "or an upload of a refused content type or size"
+    ),
     500: "unexpected failure on our side",
     503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
 }
@@ -271,6 +276,23 @@ def create_job(
     return Response(
         status_code=202, content_type=content_types.APPLICATION_JSON, body=accepted, headers=headers
     )
+
+
+@app.post(
+    "/uploads",
+    summary="Get a presigned form to upload a job input",
+    operation_id="createUpload",
+    tags=["uploads"],
+    responses=_responses(
+        201,
+        "upload the file with this form, then submit a job with its `inputRef`",
+        400, 413, 415,
+        model=PresignedUpload,
+    ),
+)  # fmt: skip
+def create_upload(body: UploadRequest) -> Response[PresignedUpload]:
+    upload = service().create_upload(_principal(), body)
+    return Response(status_code=201, content_type=content_types.APPLICATION_JSON, body=upload)
 
 
 @app.get(

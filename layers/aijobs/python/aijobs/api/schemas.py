@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -48,6 +48,38 @@ class JobRequest(BaseModel):
         if (self.input is None) == (self.inputRef is None):
             raise ValueError("give exactly one of `input` or `inputRef`")
         return self
+
+
+class UploadRequest(BaseModel):
+    """`POST /uploads`: what the client is about to upload (checked against the type's size cap)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    contentType: str = Field(
+        min_length=1, max_length=100, description="the file's media type, e.g. `text/plain`, `image/png`"
+    )
+    size: int = Field(ge=1, description="the file's size in bytes")
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="the file's name, kept (sanitized) as the end of the key for readability",
+    )
+
+    _utf8 = field_validator("contentType", "name")(require_utf8)
+
+
+class PresignedUpload(BaseModel):
+    """`POST /uploads`: where and how to upload, and the `inputRef` to submit afterwards."""
+
+    inputRef: str = Field(description="the key to send as `inputRef` once the upload succeeded")
+    url: str = Field(description="where to send the upload")
+    method: Literal["POST"] = Field(
+        description="`POST`: a multipart/form-data body with every `fields` entry, then the file as `file`"
+    )
+    fields: dict[str, str] = Field(description="form fields to send as they are, before the file")
+    headers: dict[str, str] = Field(description="request headers to add (none for a POST form)")
+    expiresIn: int = Field(description="seconds the form stays valid")
 
 
 class Links(BaseModel):

@@ -19,25 +19,37 @@ from aijobs.api.schemas import (
     JobRequest,
     JobView,
     Links,
+    PresignedUpload,
     TransactionView,
+    UploadRequest,
 )
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
     ConflictError,
     InputRefNotFoundError,
+    InputRefTooLargeError,
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
     ServiceUnavailableError,
     UnauthorizedError,
     UnprocessableError,
+    UnsupportedUploadTypeError,
+    UploadTooLargeError,
 )
 from aijobs.ids import new_job_id
 from aijobs.observability import METRIC_ACCEPTED, emit, logger
+from aijobs.provider_plan import KindPlan
 from aijobs.providers.base import Classification, Provider
 from aijobs.queues import JobQueues
 from aijobs.store.jobs import IdempotencyKeyExists, JobStore, Page
-from aijobs.store.results import ResultStore, input_ref_is_owned
+from aijobs.store.results import (
+    UPLOAD_RULES,
+    ResultStore,
+    input_ref_is_owned,
+    kind_input_cap,
+    new_input_key,
+)
 from aijobs.store.tenants import Directory, Principal
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -65,6 +77,8 @@ class JobService:
     max_inline_input_bytes: int
     clock: Callable[[], datetime]
     prices: dict[str, int] = field(default_factory=dict)
+    # Provider and model per kind (aijobs.provider_plan): a job's `model` must be one of its kind's.
+    plans: dict[str, KindPlan] = field(default_factory=dict)
     auth_mode: str = "api_key"
 
     def authenticate(self, authorization: str | None, jwt_claims: dict[str, Any] | None = None) -> Principal:
@@ -110,7 +124,7 @@ class JobService:
             input_ref=request.inputRef,
             options=request.options,
             model=request.model,
-            provider=self.provider_name,
+            provider=self._plan_provider(request.kind),
             created_at=now,
             updated_at=now,
         )
@@ -198,12 +212,23 @@ class JobService:
             prices=self.prices,
         )  # fmt: skip
 
+    def _plan_provider(self, kind: str) -> str:
+        plan = self.plans.get(kind)
+        return plan.provider if plan is not None else self.provider_name
+
     def _check(self, principal: Principal, request: JobRequest, idempotency_key: str | None) -> None:
         if request.kind not in self.queues.kinds:
             raise UnprocessableError(
                 f"unknown kind {request.kind!r}",
                 code="unknown_kind",
                 details={"kinds": list(self.queues.kinds)},
+            )
+        plan = self.plans.get(request.kind)
+        if request.model is not None and plan is not None and request.model not in plan.choosable_models:
+            raise UnprocessableError(
+                f"model {request.model!r} is not available for {request.kind}",
+                code="model_not_allowed",
+                details={"models": list(plan.choosable_models)},
             )
         if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise MalformedRequestError(
@@ -217,7 +242,7 @@ class JobService:
                     f"{self.max_inline_input_bytes} bytes",
                     details={
                         "limit": self.max_inline_input_bytes,
-                        "hint": f"upload the input to inputs/{principal.user_id}/<name> and send `inputRef`",
+                        "hint": "upload the input with `POST /uploads` and send its `inputRef`",
                     },
                 )
         if request.inputRef is not None:
@@ -226,12 +251,46 @@ class JobService:
                     f"inputRef must name an object under inputs/{principal.user_id}/",
                     code="invalid_input_ref",
                 )
-            # A missing object would only fail later, in the consumer, after credits were reserved.
-            if self.results.input_size(request.inputRef) is None:
+            # A missing or oversized object would only fail later, in the consumer, after credits
+            # were reserved.
+            stored = self.results.input_size(request.inputRef)
+            if stored is None:
                 raise InputRefNotFoundError(
                     f"inputRef {request.inputRef!r} does not exist: upload the input first, then submit",
                     details={"inputRef": request.inputRef},
                 )
+            cap = kind_input_cap(request.kind)
+            if stored > cap:
+                raise InputRefTooLargeError(
+                    f"the input is {stored} bytes; {request.kind} takes inputs of up to {cap} bytes",
+                    details={"inputRef": request.inputRef, "size": stored, "limit": cap},
+                )
+
+    def create_upload(self, principal: Principal, request: UploadRequest) -> PresignedUpload:
+        """A presigned POST for one new object under the caller's `inputs/<userId>/`.
+
+        Type and size are refused here with a reason; S3 enforces the same limits on the upload.
+        """
+        content_type = request.contentType.split(";")[0].strip().lower()
+        cap = UPLOAD_RULES.get(content_type)
+        if cap is None:
+            raise UnsupportedUploadTypeError(
+                f"content type {content_type!r} cannot be uploaded as a job input",
+                details={"allowed": sorted(UPLOAD_RULES)},
+            )
+        if request.size > cap:
+            raise UploadTooLargeError(
+                f"{content_type} inputs are limited to {cap} bytes; this one is {request.size}",
+                details={"contentType": content_type, "size": request.size, "limit": cap},
+            )
+        unique = new_job_id(int(self.clock().timestamp() * 1000))
+        key = new_input_key(principal.user_id, unique, content_type, request.name)
+        form = self.results.upload_form(key, content_type, cap)
+        logger.info("upload form issued", extra={"inputRef": key, "contentType": content_type})
+        return PresignedUpload(
+            inputRef=form.key, url=form.url, method="POST", fields=form.fields, headers={},
+            expiresIn=form.expires_in,
+        )  # fmt: skip
 
     def get(self, principal: Principal, job_id: str) -> Job:
         """The caller's job; a malformed id, a missing job and another tenant's job are all 404."""

@@ -84,6 +84,9 @@ def summarize(ctx: JobContext) -> ProviderResult:
 
 
 def embed(ctx: JobContext) -> ProviderResult:
+    # `{"texts": [...]}` embeds a batch in one job; the adapter checks its size and shape.
+    if isinstance(ctx.job.input, dict) and "texts" in ctx.job.input:
+        return ctx.provider.run(ctx.request(input={"texts": ctx.job.input["texts"]}))
     return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
 
 

@@ -36,6 +36,7 @@ from aijobs.providers.base import Artifact, Classification, ProviderRequest, Pro
 KINDS = ("summary", "embedding", "image-generate", "image-caption", "tts-generate", "video-generate")
 
 _MAX_TEXT_CHARS = 200_000
+_MAX_EMBED_BATCH = 100
 _MAX_PROMPT_CHARS = 4_000
 _MAX_CLASSIFY_CHARS = 10_000
 _MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -73,10 +74,20 @@ def _digest(text: str) -> bytes:
 
 # --- magic directives -------------------------------------------------------------------------
 
-_DIRECTIVE = re.compile(r"^#(fail|running|sleep):(.*)$", re.IGNORECASE | re.DOTALL)
+_DIRECTIVE = re.compile(r"^#(fail|running|sleep|crash):(.*)$", re.IGNORECASE | re.DOTALL)
 _FAIL_VALUE = re.compile(r"^(502|503|429|timeout|400|401|403|413)(?:x(\d{1,6}))?$")
 _COUNT_VALUE = re.compile(r"^\d{1,6}$")
 _SECONDS_VALUE = re.compile(r"^\d{1,3}(?:\.\d{1,6})?$")
+
+
+class SimulatedCrash(BaseException):
+    """`#crash`: the attempt dies like a Lambda killed by its timeout or memory limit.
+
+    A `BaseException` on purpose: the batch processor and the consumer catch only `Exception`,
+    so the whole invocation dies without updating the row or answering the batch. The claimed
+    row keeps its lease until it expires; the messages reappear after their visibility timeout.
+    Only the local stack's mapping emulator (aijobs_cli.esm) catches it, as a failed invocation.
+    """
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,8 @@ class _Directives:
     fails: tuple[_Fail, ...] = ()
     running: int | None = None
     sleeps: tuple[float, ...] = ()
+    # `#crash` / `#crash:N`: the attempt dies (SimulatedCrash) while `attempt <= crash`.
+    crash: int | None = None
 
 
 def _malformed(token: str) -> InvalidInputError:
@@ -117,7 +130,7 @@ def _parse_seconds(token: str, value: str) -> float:
 
 
 def _split_directives(text: str) -> tuple[_Directives, str]:
-    """Split the leading `#fail:`/`#running:`/`#sleep:` directives off `text`.
+    """Split the leading `#fail:`/`#running:`/`#sleep:`/`#crash` directives off `text`.
 
     Parsing stops at the first leading word that is not a directive (an ordinary `#hashtag`
     included), which stays part of the text. A malformed directive raises `InvalidInputError`.
@@ -125,12 +138,16 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
     fails: list[_Fail] = []
     sleeps: list[float] = []
     running: int | None = None
+    crash: int | None = None
     rest = text.lstrip()
     while rest.startswith("#"):
         parts = rest.split(maxsplit=1)
         token = parts[0]
-        if token.lower() == "#outage":
-            fails.append(_Fail(code="503", times=None, until_rerun=True))
+        if token.lower() in ("#outage", "#crash"):
+            if token.lower() == "#outage":
+                fails.append(_Fail(code="503", times=None, until_rerun=True))
+            else:  # plain `#crash`: the first attempt only
+                crash = max(crash or 0, 1)
             rest = parts[1] if len(parts) > 1 else ""
             continue
         match = _DIRECTIVE.match(token)
@@ -141,12 +158,14 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
             fails.append(_parse_fail(token, value))
         elif name == "sleep":
             sleeps.append(_parse_seconds(token, value))
-        elif _COUNT_VALUE.match(value):
-            running = max(running or 0, int(value))
-        else:
+        elif _COUNT_VALUE.match(value) is None:
             raise _malformed(token)
+        elif name == "crash":
+            crash = max(crash or 0, int(value))
+        else:
+            running = max(running or 0, int(value))
         rest = parts[1] if len(parts) > 1 else ""
-    return _Directives(tuple(fails), running, tuple(sleeps)), rest
+    return _Directives(tuple(fails), running, tuple(sleeps), crash), rest
 
 
 def _parse_input(raw: str | dict[str, Any] | None) -> tuple[_Directives, str | None]:
@@ -553,6 +572,8 @@ class LocalProvider:
       without it a transient failure also happens on every attempt).
     - `#running:N`: answer `running` while `checks < N` (for video it replaces `video_checks`).
     - `#sleep:S`: sleep S seconds (at most 30) before working.
+    - `#crash` / `#crash:N`: raise `SimulatedCrash` (a `BaseException`) on attempt 1 / while
+      `attempt <= N`, after any sleep: the attempt dies like a Lambda killed by its timeout.
     """
 
     name: str = "local"
@@ -588,6 +609,8 @@ class LocalProvider:
         if request.kind == "video-generate":
             checks = self._video_checks if directives.running is None else directives.running
             return self._video_generate(request, text, checks)
+        if request.kind == "embedding" and isinstance(request.input, dict) and "texts" in request.input:
+            return self._embedding_batch(request)
         if request.kind == "image-caption":
             _require_image(request)
         else:
@@ -605,9 +628,11 @@ class LocalProvider:
     # --- directives ---------------------------------------------------------------------------
 
     def _simulate(self, request: ProviderRequest, directives: _Directives) -> None:
-        """Sleep, then raise the first directed failure that applies to this attempt."""
+        """Sleep, then crash or raise the first directed failure that applies to this attempt."""
         for seconds in directives.sleeps:
             self._sleep(seconds)
+        if directives.crash is not None and request.attempt <= directives.crash:
+            raise SimulatedCrash(f"local provider: simulated crash on attempt {request.attempt}")
         for fail in directives.fails:
             if fail.until_rerun and request.reruns > 0:
                 continue
@@ -651,6 +676,24 @@ class LocalProvider:
             {"vector": vector, "dimensions": dimensions},
             "local-embedding-1",
             {"input_chars": len(text), "input_tokens": len(_words(text))},
+        )
+
+    def _embedding_batch(self, request: ProviderRequest) -> ProviderResult:
+        """`{"texts": [...]}`: one vector per text, in order, in one job (the shape every adapter
+        answers a batch with)."""
+        assert isinstance(request.input, dict)
+        texts = request.input["texts"]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise InvalidInputError("input 'texts' must be a non-empty list of strings")
+        if len(texts) > _MAX_EMBED_BATCH:
+            raise InputTooLargeError(f"at most {_MAX_EMBED_BATCH} texts per embedding job")
+        dimensions = _int_option(request.options, "dimensions", 64, 8, 1024)
+        vectors = [hashed_embedding(_require_text(text, _MAX_TEXT_CHARS), dimensions) for text in texts]
+        tokens = sum(len(_words(text)) for text in texts)
+        return _succeeded(
+            {"vectors": vectors, "count": len(vectors), "dimensions": dimensions},
+            "local-embedding-1",
+            {"input_chars": sum(len(text) for text in texts), "input_tokens": tokens, "texts": len(texts)},
         )
 
     def _image_generate(self, request: ProviderRequest, text: str | None) -> ProviderResult:

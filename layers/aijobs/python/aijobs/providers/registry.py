@@ -1,26 +1,102 @@
-"""Provider lookup by name: one cached adapter instance per provider name and process."""
+"""Provider adapters by name, built from a function's settings: one instance per process.
+
+A consumer serves one kind, so it builds the provider its kind's plan names; the API builds the
+one `classify` runs on. Adapters create their AWS/HTTP clients lazily: building one costs no I/O.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
+from aijobs.provider_plan import PROVIDERS, KindPlan
 from aijobs.providers.base import Provider
 from aijobs.providers.local import LocalProvider
 
-PROVIDER_NAMES = ("local",)
+if TYPE_CHECKING:
+    from aijobs.settings import _ProviderSettings
 
-_FACTORIES: dict[str, Callable[[], Provider]] = {"local": LocalProvider}
-_INSTANCES: dict[str, Provider] = {}
+PROVIDER_NAMES = PROVIDERS
+# How long a fetched OpenAI-compatible key is reused before Secrets Manager is asked again, so a
+# rotated key is picked up within minutes without a call per job.
+SECRET_MAX_AGE_SECONDS = 300
+
+_INSTANCES: dict[tuple[str, str], Provider] = {}
 
 
 def get_provider(name: str) -> Provider:
-    """The provider adapter called `name`, created once and cached for the process.
+    """The `local` provider (kept for callers that need no configuration); others need settings."""
+    if name != "local":
+        if name not in PROVIDER_NAMES:
+            raise ValueError(f"unknown provider {name!r}; known providers: {', '.join(PROVIDER_NAMES)}")
+        raise ValueError(f"provider {name!r} needs its settings: use build_provider()")
+    return _cached(("local", ""), LocalProvider)
 
-    Raises `ValueError`, listing the known names, for an unknown name.
-    """
-    if name not in PROVIDER_NAMES:
-        raise ValueError(f"unknown provider {name!r}; known providers: {', '.join(PROVIDER_NAMES)}")
-    provider = _INSTANCES.get(name)
+
+def build_provider(name: str, settings: _ProviderSettings, *, bucket: str | None) -> Provider:
+    """The adapter called `name`, configured from the stage's provider plan; cached per process."""
+    plans = settings.plans
+    if name == "local":
+        return get_provider("local")
+    if name == "bedrock":
+        from aijobs.providers.bedrock import BedrockProvider
+
+        models = _models(plans, "bedrock")
+        allowed = {kind: plan.choosable_models for kind, plan in plans.items() if plan.provider == "bedrock"}
+        return _cached(
+            ("bedrock", repr(sorted(models.items()))),
+            lambda: BedrockProvider(models=models, bucket=_need(bucket), allowed_models=allowed),
+        )
+    if name == "polly":
+        from aijobs.providers.polly import PollyProvider
+
+        return _cached(("polly", ""), lambda: PollyProvider(bucket=_need(bucket)))
+    if name == "openai":
+        from aijobs.providers.openai import OpenAIProvider
+
+        models = _models(plans, "openai")
+        key = openai_key_source(settings.openai_secret_name)
+        return _cached(
+            ("openai", settings.openai_base_url + repr(sorted(models.items()))),
+            lambda: OpenAIProvider(api_key=key, base_url=settings.openai_base_url, models=models),
+        )
+    raise ValueError(f"unknown provider {name!r}; known providers: {', '.join(PROVIDER_NAMES)}")
+
+
+def openai_key_source(secret_name: str | None) -> Callable[[], str | None]:
+    """Where the OpenAI-compatible key comes from: a Secrets Manager secret through Powertools
+    parameters (cached SECRET_MAX_AGE_SECONDS, never logged), or locally the OPENAI_API_KEY
+    variable of the developer's shell (None: a local server without auth, e.g. Ollama)."""
+    if secret_name is None:
+        return lambda: os.environ.get("OPENAI_API_KEY") or None
+
+    def from_secret() -> str | None:
+        from aws_lambda_powertools.utilities import parameters
+
+        value = parameters.get_secret(secret_name, max_age=SECRET_MAX_AGE_SECONDS)
+        return value if isinstance(value, str) else value.decode()
+
+    return from_secret
+
+
+def reset_providers() -> None:
+    """Forget built adapters (tests, local stack restarts)."""
+    _INSTANCES.clear()
+
+
+def _models(plans: Mapping[str, KindPlan], provider: str) -> dict[str, str]:
+    return {kind: plan.model for kind, plan in plans.items() if plan.provider == provider and plan.model}
+
+
+def _need(bucket: str | None) -> str:
+    if not bucket:
+        raise ValueError("this provider writes into the stage bucket: BUCKET_NAME is required")
+    return bucket
+
+
+def _cached(key: tuple[str, str], factory: Callable[[], Provider]) -> Provider:
+    provider = _INSTANCES.get(key)
     if provider is None:
-        provider = _INSTANCES[name] = _FACTORIES[name]()
+        provider = _INSTANCES[key] = factory()
     return provider

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -19,6 +20,71 @@ RESULTS_PREFIX = "results/"
 INLINE_RESULT_BYTES = 4096
 PRESIGNED_URL_SECONDS = 900
 _INPUT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+# What a client may upload as a job input (`POST /uploads`), by content type, with its size cap.
+# Text: far above what a model's context takes, small enough to read into a consumer's memory.
+TEXT_INPUT_MAX_BYTES = 4 * 1024 * 1024
+# Images: Bedrock's per-image limit (3.75 MB); a larger image would only fail at the provider.
+IMAGE_INPUT_MAX_BYTES = 3_750_000
+UPLOAD_RULES: dict[str, int] = {
+    "text/plain": TEXT_INPUT_MAX_BYTES,
+    "text/markdown": TEXT_INPUT_MAX_BYTES,
+    "text/csv": TEXT_INPUT_MAX_BYTES,
+    "application/json": TEXT_INPUT_MAX_BYTES,
+    "application/x-ndjson": TEXT_INPUT_MAX_BYTES,
+    "image/png": IMAGE_INPUT_MAX_BYTES,
+    "image/jpeg": IMAGE_INPUT_MAX_BYTES,
+    "image/webp": IMAGE_INPUT_MAX_BYTES,
+    "image/gif": IMAGE_INPUT_MAX_BYTES,
+}
+# Kinds whose input is an image; every other kind reads its `inputRef` as UTF-8 text.
+IMAGE_INPUT_KINDS = frozenset({"image-caption"})
+# A presigned upload form is good for this long: enough to start an upload, not to share it.
+UPLOAD_FORM_SECONDS = 300
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_MAX = 100
+_EXTENSIONS = {
+    "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv", "application/json": ".json",
+    "application/x-ndjson": ".ndjson", "image/png": ".png", "image/jpeg": ".jpg",
+    "image/webp": ".webp", "image/gif": ".gif",
+}  # fmt: skip
+
+
+def kind_input_cap(kind: str) -> int:
+    """The largest uploaded input (bytes) a job of `kind` takes by `inputRef`."""
+    return IMAGE_INPUT_MAX_BYTES if kind in IMAGE_INPUT_KINDS else TEXT_INPUT_MAX_BYTES
+
+
+def new_input_key(user_id: str, unique: str, content_type: str, name: str | None = None) -> str:
+    """`inputs/<user_id>/<unique>-<name>`: always under the caller's own prefix, whatever `name` is.
+
+    `name` is only a readable suffix: its last path segment, with anything but letters, digits and
+    `._-` collapsed to `-` (so never a `/`, `..` segment or leading dot). Without a usable name the
+    suffix is the content type's extension. `unique` keeps two uploads from ever sharing a key, so
+    an input a queued job refers to never changes under it.
+    """
+    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = _NAME_UNSAFE.sub("-", base).strip("-.")[:_NAME_MAX].strip("-.")
+    suffix = f"-{cleaned}" if cleaned else _EXTENSIONS.get(content_type, "")
+    key = f"{INPUTS_PREFIX}{user_id}/{unique}{suffix}"
+    assert input_ref_is_owned(key, user_id), key
+    return key
+
+
+@dataclass(frozen=True)
+class UploadForm:
+    """A presigned POST: the client sends `fields` and then the file as multipart/form-data to `url`."""
+
+    key: str
+    url: str
+    fields: dict[str, str]
+    expires_in: int
+
+
+@dataclass(frozen=True)
+class InputObject:
+    size: int
+    content_type: str | None
 
 
 def result_prefix(job_id: str, step: str) -> str:
@@ -62,6 +128,11 @@ class ResultStore:
 
     def input_size(self, key: str) -> int | None:
         """The size in bytes of an uploaded input, or None when there is no such object."""
+        found = self.input_object(key)
+        return None if found is None else found.size
+
+    def input_object(self, key: str) -> InputObject | None:
+        """Size and content type of an uploaded input (one HEAD), or None when there is no such object."""
         try:
             head = self._s3.head_object(Bucket=self._bucket, Key=key)
         except ClientError as error:
@@ -69,7 +140,25 @@ class ResultStore:
             if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise
-        return int(head["ContentLength"])
+        return InputObject(size=int(head["ContentLength"]), content_type=head.get("ContentType"))
+
+    def upload_form(
+        self, key: str, content_type: str, max_bytes: int, expires_in: int = UPLOAD_FORM_SECONDS
+    ) -> UploadForm:
+        """A presigned POST for exactly `key` (signed locally: no network call).
+
+        S3 itself refuses an upload that breaks the policy: another key, another `Content-Type`,
+        an empty file or one over `max_bytes`, or after `expires_in` seconds.
+        """
+        post = self._s3.generate_presigned_post(
+            Bucket=self._bucket,
+            Key=key,
+            Fields={"Content-Type": content_type},
+            Conditions=[{"Content-Type": content_type}, ["content-length-range", 1, max_bytes]],
+            ExpiresIn=expires_in,
+        )
+        fields = {str(name): str(value) for name, value in post["fields"].items()}
+        return UploadForm(key=key, url=str(post["url"]), fields=fields, expires_in=expires_in)
 
     def download_url(self, key: str) -> str:
         """A short-lived presigned GET (signed locally: no network call)."""

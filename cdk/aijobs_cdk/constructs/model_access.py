@@ -1,0 +1,141 @@
+"""Least privilege for AI providers: a function may call only the models of the kind it serves.
+
+Per kind (aijobs.provider_plan): Bedrock kinds get `bedrock:InvokeModel` (Converse included) on
+their default and allow-listed models only — foundation-model ARNs, or for a cross-region
+inference profile the profile plus the foundation model it routes to in any region; video kinds
+also start and read their own asynchronous invocations. Polly kinds get Polly's synthesis
+actions, OpenAI-compatible kinds read only the stage's key secret.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from aijobs.provider_plan import KindPlan, base_model_id, is_inference_profile
+from aijobs_cdk.nag import acknowledge
+
+ASYNC_KINDS = frozenset({"video-generate"})
+POLLY_ACTIONS = ("polly:SynthesizeSpeech", "polly:StartSpeechSynthesisTask", "polly:GetSpeechSynthesisTask")
+
+
+class ModelAccess(Construct):
+    """The provider permissions of one function for the kinds it serves."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        fn: lambda_.Function,
+        plans: list[KindPlan],
+        openai_secret_name: str | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._stack = Stack.of(self)
+        statements: list[iam.PolicyStatement] = []
+        for plan in plans:
+            statements.extend(self._statements(plan, openai_secret_name))
+        if not statements:
+            return
+        policy = iam.Policy(self, "Policy", statements=statements)
+        assert fn.role is not None
+        policy.attach_to_role(fn.role)
+        self._acknowledge(policy, plans, openai_secret_name)
+
+    def _statements(self, plan: KindPlan, secret_name: str | None) -> list[iam.PolicyStatement]:
+        if plan.provider == "bedrock":
+            models = sorted({arn for model in plan.choosable_models for arn in self.model_arns(model)})
+            actions = ["bedrock:InvokeModel"]
+            if plan.kind in ASYNC_KINDS:
+                actions.append("bedrock:StartAsyncInvoke")
+            statements = [iam.PolicyStatement(actions=actions, resources=models)]
+            if plan.kind in ASYNC_KINDS:
+                statements.append(
+                    iam.PolicyStatement(actions=["bedrock:GetAsyncInvoke"], resources=[self._async_invokes()])
+                )
+            return statements
+        if plan.provider == "polly":
+            return [iam.PolicyStatement(actions=list(POLLY_ACTIONS), resources=["*"])]
+        if plan.provider == "openai" and secret_name:
+            secret = secretsmanager.Secret.from_secret_name_v2(self, f"Secret{plan.kind}", secret_name)
+            return [
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                    # A secret known by name: Secrets Manager appends six random characters.
+                    resources=[f"{secret.secret_arn}-??????"],
+                )
+            ]
+        return []
+
+    def model_arns(self, model: str) -> list[str]:
+        """The ARNs one model id needs: a foundation model in this region, or an inference profile
+        plus its foundation model in every region the profile may route to."""
+        foundation = self._stack.format_arn(
+            service="bedrock",
+            account="",
+            resource="foundation-model",
+            resource_name=base_model_id(model),
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        if not is_inference_profile(model):
+            return [foundation]
+        profile = self._stack.format_arn(
+            service="bedrock",
+            resource="inference-profile",
+            resource_name=model,
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        any_region = self._stack.format_arn(
+            service="bedrock",
+            region="*",
+            account="",
+            resource="foundation-model",
+            resource_name=base_model_id(model),
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        return [profile, any_region]
+
+    def _async_invokes(self) -> str:
+        return self._stack.format_arn(
+            service="bedrock",
+            resource="async-invoke",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
+    def _acknowledge(self, policy: iam.Policy, plans: list[KindPlan], secret_name: str | None) -> None:
+        for plan in plans:
+            if plan.provider == "polly":
+                acknowledge(
+                    policy,
+                    "AwsSolutions-IAM5[Resource::*]",
+                    "Polly's synthesis actions support no resource-level permissions (only lexicons do)",
+                )
+            if plan.provider == "bedrock":
+                for model in plan.choosable_models:
+                    if is_inference_profile(model):
+                        acknowledge(
+                            policy,
+                            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/"
+                            f"{base_model_id(model)}]",
+                            "A cross-region inference profile routes to this one model in several regions",
+                        )
+                if plan.kind in ASYNC_KINDS:
+                    acknowledge(
+                        policy,
+                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:"
+                        "<AWS::AccountId>:async-invoke/*]",
+                        "Invocation ids are made by StartAsyncInvoke at run time; reads are limited to "
+                        "this account's and region's asynchronous invocations",
+                    )
+            if plan.provider == "openai" and secret_name:
+                acknowledge(
+                    policy,
+                    "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                    f"<AWS::AccountId>:secret:{secret_name}-??????]",
+                    "A secret named (not ARN'd) in configuration: its ARN ends in six random characters",
+                )

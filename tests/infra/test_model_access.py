@@ -1,0 +1,92 @@
+"""Least privilege for AI providers: each function may call only the models of its own kind."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.infra.template import Synth, target_id
+
+
+def _statements(synth: Synth, function_id: str) -> list[dict[str, Any]]:
+    role = target_id(synth.props(function_id)["Role"])
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if role in [target_id(r) for r in policy["Properties"]["Roles"]]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else list(actions)
+
+
+def _consumer(synth: Synth, kind: str) -> str:
+    (function_id,) = [
+        logical_id
+        for logical_id, props in synth.functions_by_handler("queue_consumer.handler.handler").items()
+        if props["Environment"]["Variables"]["QUEUE_NAME"] == kind
+    ]
+    return function_id
+
+
+def _granted(synth: Synth, function_id: str, prefix: str) -> dict[str, str]:
+    """action -> JSON of the resources it is granted on, for actions of one service."""
+    return {
+        action: json.dumps(statement["Resource"])
+        for statement in _statements(synth, function_id)
+        for action in _actions(statement)
+        if action.startswith(prefix)
+    }
+
+
+def test_each_bedrock_consumer_may_invoke_only_its_kinds_models(dev: Synth) -> None:
+    summary = _granted(dev, _consumer(dev, "summary"), "bedrock:")
+    assert set(summary) == {"bedrock:InvokeModel"}
+    # A cross-region inference profile: the profile and the one model it routes to.
+    assert "inference-profile/us.amazon.nova-lite-v1:0" in summary["bedrock:InvokeModel"]
+    assert "foundation-model/amazon.nova-lite-v1:0" in summary["bedrock:InvokeModel"]
+    assert "nova-canvas" not in summary["bedrock:InvokeModel"]
+    image = _granted(dev, _consumer(dev, "image-generate"), "bedrock:")
+    assert "foundation-model/amazon.nova-canvas-v1:0" in image["bedrock:InvokeModel"]
+    assert "nova-lite" not in image["bedrock:InvokeModel"]
+
+
+def test_the_video_consumer_may_start_and_read_its_async_invocations(dev: Synth) -> None:
+    video = _granted(dev, _consumer(dev, "video-generate"), "bedrock:")
+    assert set(video) == {"bedrock:InvokeModel", "bedrock:StartAsyncInvoke", "bedrock:GetAsyncInvoke"}
+    assert "foundation-model/amazon.nova-reel-v1:0" in video["bedrock:StartAsyncInvoke"]
+    assert "async-invoke/*" in video["bedrock:GetAsyncInvoke"]
+
+
+def test_only_tts_may_use_polly_and_it_may_not_use_bedrock(dev: Synth) -> None:
+    tts = _consumer(dev, "tts-generate")
+    assert set(_granted(dev, tts, "polly:")) == {
+        "polly:SynthesizeSpeech",
+        "polly:StartSpeechSynthesisTask",
+        "polly:GetSpeechSynthesisTask",
+    }
+    assert _granted(dev, tts, "bedrock:") == {}
+    for kind in ("summary", "embedding", "image-generate", "video-generate"):
+        assert _granted(dev, _consumer(dev, kind), "polly:") == {}
+
+
+def test_the_producer_may_invoke_only_the_classify_model(dev: Synth) -> None:
+    (producer,) = dev.functions_by_handler("api.handler.handler")
+    granted = _granted(dev, producer, "bedrock:")
+    assert set(granted) == {"bedrock:InvokeModel"}
+    assert "nova-micro" in granted["bedrock:InvokeModel"]
+    assert "nova-lite" not in granted["bedrock:InvokeModel"]
+
+
+def test_allow_listed_models_are_granted_and_openai_kinds_read_only_their_secret(capped: Synth) -> None:
+    summary = _granted(capped, _consumer(capped, "summary"), "bedrock:")
+    assert "foundation-model/amazon.nova-pro-v1:0" in summary["bedrock:InvokeModel"]
+    embedding = _consumer(capped, "embedding")
+    assert _granted(capped, embedding, "bedrock:") == {}
+    secret = _granted(capped, embedding, "secretsmanager:")
+    assert set(secret) == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+    assert "secret:aijobs/openai-key-??????" in secret["secretsmanager:GetSecretValue"]
+    assert _granted(capped, _consumer(capped, "summary"), "secretsmanager:") == {}
