@@ -19,6 +19,8 @@ How the AWS side is modelled (this project's code paths, not a generic SQS app):
 - Free tiers (SQS 1M requests, Lambda 1M requests + 400,000 GB-s, Scheduler 14M invocations, the
   Workers Paid 1M included Queues operations, ...) are *not* subtracted on either side: they are
   per account and shared with everything else the account runs.
+- The model line (only when the workload names a `model`) prices each succeeded job's usage with the
+  same table the consumer prices every job with (`aijobs/model_prices.json`, via `aijobs.pricing`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aijobs.pricing import ModelPriceTable, default_table
 
 #: SQS bills each 64 KB chunk of a request's payload as one request; Cloudflare Queues bills each
 #: 64 KB written, read or deleted as one operation.
@@ -57,8 +61,11 @@ ASSUMPTIONS: tuple[str, ...] = (
     "duration is not rounded up per invocation.",
     "DynamoDB units are request units as billed (a transactional write is 2 WRU per item <= 1 KB, a "
     "strongly consistent read of <= 4 KB is 1 RRU); the *_per_* workload fields already include that.",
-    "Cron runs' own DynamoDB and SQS work, SNS alerts, CloudWatch logs/metrics, X-Ray, data transfer "
-    "and the model provider's tokens/images are not counted.",
+    "Cron runs' own DynamoDB and SQS work, SNS alerts, CloudWatch logs/metrics, X-Ray and data transfer "
+    "are not counted.",
+    "The model's tokens/images/seconds/characters are counted only when the workload names a model: per "
+    "succeeded job (failed attempts and dead-lettered jobs are assumed unbilled), from the model price "
+    "table aijobs/model_prices.json (list prices: verify them against the providers' pages).",
     "The Cloudflare figure is the article's rough count (queue operations only), for comparison.",
 )
 
@@ -177,6 +184,19 @@ class Workload(BaseModel):
     crons_per_hour: float = Field(default=6.0, ge=0)
     cron_memory_mb: int = Field(default=256, ge=128, le=10_240)
     cron_avg_seconds: float = Field(default=1.0, ge=0)
+    #: The model line (none without a model): the model id, its provider (the adapter's name), the
+    #: usage of one succeeded job in the adapter's usage keys ({"inputTokens": 2000, "outputTokens":
+    #: 300}, {"images": 1}, {"characters": 1500}, ...) and the job options that pick an image tier.
+    model: str | None = Field(default=None, min_length=1)
+    model_provider: str = Field(default="bedrock", min_length=1)
+    model_usage_per_job: dict[str, float] = Field(default_factory=dict)
+    model_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _model_usage(self) -> Self:
+        if any(value < 0 for value in self.model_usage_per_job.values()):
+            raise ValueError("model_usage_per_job values must not be negative")
+        return self
 
     @model_validator(mode="after")
     def _dlq_within_retries(self) -> Self:
@@ -335,8 +355,14 @@ def cloudflare_operations(workload: Workload) -> int:
 # --- AWS --------------------------------------------------------------------------------------
 
 
-def estimate(workload: Workload, prices: PriceTable = DEFAULT_PRICES) -> Estimate:
-    """Price one month of `workload` on AWS, line by line, and the article's Cloudflare count."""
+def estimate(
+    workload: Workload, prices: PriceTable = DEFAULT_PRICES, model_prices: ModelPriceTable | None = None
+) -> Estimate:
+    """Price one month of `workload` on AWS, line by line, and the article's Cloudflare count.
+
+    With `workload.model`, the model's lines come from `model_prices` (default: the table the
+    consumer uses); a model that table does not price is a `ValueError`.
+    """
     w = workload
     lines: list[CostLine] = []
 
@@ -502,6 +528,11 @@ def estimate(workload: Workload, prices: PriceTable = DEFAULT_PRICES) -> Estimat
         f"{ok:,} jobs x {w.result_kb_per_job:g} KB x {w.result_retention_months:g} month(s) kept",
     )  # fmt: skip
 
+    # Model ---------------------------------------------------------------------------------------
+    if w.model is not None:
+        for service, item, quantity, unit, unit_price, basis, how in _model_lines(w, model_prices):
+            add(service, item, quantity, unit, unit_price, basis, how)
+
     operations = cloudflare_operations(w)
     return Estimate(
         workload=w,
@@ -510,6 +541,45 @@ def estimate(workload: Workload, prices: PriceTable = DEFAULT_PRICES) -> Estimat
         cloudflare_operations=operations,
         cloudflare_usd=operations / MILLION * prices.cloudflare_queues_per_million_operations,
     )
+
+
+def _model_lines(
+    w: Workload, table: ModelPriceTable | None
+) -> list[tuple[str, str, float, str, float, int, str]]:
+    """One line per billed unit of the workload's model, for its succeeded jobs."""
+    assert w.model is not None
+    entry = (table or default_table()).lookup(w.model_provider, w.model)
+    if entry is None:
+        raise ValueError(
+            f"model {w.model!r} of provider {w.model_provider!r} is not in the model price table "
+            "(aijobs/model_prices.json)"
+        )
+    ok = w.succeeded_jobs
+    dated = f"{entry.provider}/{entry.model} list price as of {entry.as_of.isoformat()}"
+    if entry.free:
+        return [("Model", f"{w.model} (free)", ok, "jobs", 0.0, 1, f"{ok:,} succeeded jobs; {dated}: free")]
+    lines = []
+    for unit in entry.unit_prices(w.model_options):
+        key = next((key for key in unit.keys if key in w.model_usage_per_job), None)
+        if key is None:
+            continue
+        per_job = w.model_usage_per_job[key]
+        note = f" ({unit.note})" if unit.note else ""
+        lines.append(
+            (
+                "Model",
+                f"{w.model} {unit.unit}",
+                ok * per_job,
+                unit.unit,
+                unit.usd,
+                unit.basis,
+                f"{ok:,} succeeded jobs x {per_job:g} {key} per job; {dated}{note}",
+            )
+        )
+    if not lines:
+        wanted = ", ".join(unit.keys[0] for unit in entry.unit_prices(w.model_options))
+        raise ValueError(f"model_usage_per_job gives none of the units {w.model!r} is billed by ({wanted})")
+    return lines
 
 
 # --- output -----------------------------------------------------------------------------------

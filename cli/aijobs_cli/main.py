@@ -661,9 +661,23 @@ def cost(
     message_kb: Annotated[float, typer.Option(min=0.001)] = 1.0,
     prices: Annotated[Path | None, typer.Option(help="a JSON price table (see --dump-prices)")] = None,
     dump_prices: Annotated[bool, typer.Option(help="print the default price table as JSON")] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="add the model's spend from the model price table, e.g. us.amazon.nova-lite-v1:0"),
+    ] = None,
+    model_provider: Annotated[
+        str, typer.Option(help="the model's provider: bedrock, polly, openai")
+    ] = "bedrock",
+    model_usage: Annotated[
+        list[str] | None,
+        typer.Option(help="usage per job, UNIT=N, repeatable (e.g. inputTokens=2000 outputTokens=300)"),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Estimate the monthly AWS cost of a workload, next to Cloudflare Queues' operation count."""
+    """Estimate the monthly AWS cost of a workload, next to Cloudflare Queues' operation count.
+
+    With `--model` the model's own spend is priced from the same table the consumers use for the
+    `cost` of every job (`aijobs/model_prices.json`)."""
     from pydantic import ValidationError
 
     from aijobs_cli.cost import DEFAULT_PRICES, PriceTable, Workload, estimate, render_text, to_dict
@@ -679,14 +693,30 @@ def cost(
             dlq_rate=dlq_rate,
             batch_size=batch_size,
             message_kb=message_kb,
+            model=model,
+            model_provider=model_provider,
+            model_usage_per_job=_usage_pairs(model_usage or []),
         )
+        result = estimate(workload, table)
     except (ValidationError, OSError, ValueError) as error:
         raise _fail(str(error)) from None
-    result = estimate(workload, table)
     if as_json:
         out.print_json(json.dumps(to_dict(result), default=str))
     else:
         out.print(render_text(result), markup=False, highlight=False)
+
+
+def _usage_pairs(pairs: list[str]) -> dict[str, float]:
+    usage: dict[str, float] = {}
+    for pair in pairs:
+        unit, sep, amount = pair.partition("=")
+        try:
+            usage[unit.strip()] = float(amount)
+        except ValueError:
+            raise _fail(f"--model-usage {pair!r} must be UNIT=NUMBER") from None
+        if not sep or not unit.strip():
+            raise _fail(f"--model-usage {pair!r} must be UNIT=NUMBER")
+    return usage
 
 
 # --- demo ----------------------------------------------------------------------------------------

@@ -315,3 +315,28 @@ def test_to_dict_is_json_ready_and_consistent() -> None:
     assert data["prices"]["as_of"] == DEFAULT_PRICES.as_of.isoformat()
     assert data["workload"]["jobs_per_month"] == 20_000
     assert data["assumptions"]
+
+
+def test_cli_prices_a_models_spend_from_the_model_price_table() -> None:
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from aijobs.pricing import cost as job_cost
+    from aijobs_cli.main import app
+
+    args = ["cost", "--jobs", "1000", "--retry-rate", "0", "--dlq-rate", "0", "--json"]
+    usage = ["--model-usage", "inputTokens=2000", "--model-usage", "outputTokens=300"]
+    result = CliRunner().invoke(app, [*args, "--model", "us.amazon.nova-lite-v1:0", *usage])
+    assert result.exit_code == 0, result.output
+    document = _json.loads(result.stdout)
+    per_job = job_cost("bedrock", "us.amazon.nova-lite-v1:0", {"inputTokens": 2000, "outputTokens": 300})
+    assert per_job is not None
+    model_usd = sum(line["monthly_usd"] for line in document["lines"] if line["service"] == "Model")
+    assert abs(model_usd - per_job * 1000) < 1e-6
+    refused = CliRunner().invoke(app, [*args, "--model", "no-such-model"])
+    assert refused.exit_code != 0
+    assert "not in the model price" in refused.output
+    bad = CliRunner().invoke(app, [*args, "--model", "us.amazon.nova-lite-v1:0", "--model-usage", "tokens"])
+    assert bad.exit_code != 0
+    assert "UNIT=NUMBER" in bad.output

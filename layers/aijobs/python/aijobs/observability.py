@@ -39,6 +39,9 @@ METRIC_CRON_SKIPPED = "CronRunSkipped"
 METRIC_CRON_DUPLICATE = "CronRunDuplicate"
 METRIC_SWEPT = "JobsSwept"
 METRIC_CREDITS_EXPIRED = "CreditGrantsExpired"
+# USD a succeeded job spent on its model (aijobs.pricing), dimensions kind + model. CloudWatch has
+# no currency unit, so the unit is None and the value is dollars.
+METRIC_MODEL_SPEND = "ModelSpend"
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"))
 

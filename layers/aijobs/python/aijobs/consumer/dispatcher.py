@@ -28,6 +28,7 @@ from aijobs.observability import (
     METRIC_CONSUMER_PAUSED,
     METRIC_DURATION,
     METRIC_FAILED_FINAL,
+    METRIC_MODEL_SPEND,
     METRIC_POISON,
     METRIC_RETRIED,
     METRIC_SUCCEEDED,
@@ -35,6 +36,7 @@ from aijobs.observability import (
     log_context,
     logger,
 )
+from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import JobQueues
 from aijobs.stage_config import queue_name_from_resource
@@ -198,6 +200,14 @@ class Consumer:
 
     def _succeeded(self, store: JobStore, job: Job, result: ProviderResult, seconds: float) -> None:
         result_ref, inline = self.results.write(job.job_id, "main", result.output, result.artifacts)
+        # The adapter's own cost wins; else the usage is priced from the model price table.
+        spent = spend(
+            self.provider.name,
+            result.model or job.model,
+            result.usage,
+            given=result.cost,
+            options=job.options,
+        )
         store.succeed(
             job,
             now=self.clock(),
@@ -205,11 +215,18 @@ class Consumer:
             result_ref=result_ref,
             model=result.model,
             usage=result.usage,
-            cost=result.cost,
+            cost=spent.usd,
         )
         emit(METRIC_SUCCEEDED, kind=job.kind)
         emit(METRIC_DURATION, kind=job.kind, value=round(seconds * 1000, 1), unit=MetricUnit.Milliseconds)
-        logger.info("job succeeded", extra={"durationMs": round(seconds * 1000, 1), "model": result.model})
+        if spent.usd is not None:
+            emit(
+                METRIC_MODEL_SPEND, kind=job.kind, value=spent.usd, unit=MetricUnit.NoUnit, model=spent.model
+            )
+        logger.info(
+            "job succeeded",
+            extra={"durationMs": round(seconds * 1000, 1), "model": result.model, "costUsd": spent.usd},
+        )
 
     def _await(self, store: JobStore, job: Job, result: ProviderResult) -> None:
         """Provider still running: re-check later with a *new* delayed message, so neither the
@@ -284,7 +301,10 @@ class Consumer:
             f"aijobs {self.stage}: {self.kind} consumer paused",
             {
                 "kind": self.kind,
-                "reason": "provider answered 401/403: fix the provider secret, then resume the consumer",
+                "reason": "the provider refused our credentials or configuration (401/403, model access not "
+                "granted, unknown model): fix the secret, the IAM role or the model access, then resume "
+                "the consumer",
+                "error": str(error)[:300],
                 "status": error.status,
                 "mappingsDisabled": changed,
                 "resume": f"aijobs resume {self.kind}",

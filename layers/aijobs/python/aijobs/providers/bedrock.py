@@ -30,6 +30,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderAuthError, TransientProviderError
+from aijobs.provider_plan import DEFAULT_MODELS as PLAN_DEFAULT_MODELS
 from aijobs.providers.base import Artifact, Classification, ProviderRequest, ProviderResult
 from aijobs.providers.failures import aws_failure, aws_task_failure
 from aijobs.store.results import result_prefix
@@ -38,15 +39,8 @@ KINDS = ("summary", "embedding", "image-generate", "image-caption", "video-gener
 # `classify` is not a job kind but the synchronous path; it has its own model entry.
 MODEL_KEYS = (*KINDS, "classify")
 
-# A starting point for a stage's model map; the integrator decides what a stage uses.
-DEFAULT_MODELS: Mapping[str, str] = {
-    "summary": "us.amazon.nova-lite-v1:0",
-    "classify": "us.amazon.nova-micro-v1:0",
-    "image-caption": "us.amazon.nova-lite-v1:0",
-    "embedding": "amazon.titan-embed-text-v2:0",
-    "image-generate": "amazon.nova-canvas-v1:0",
-    "video-generate": "amazon.nova-reel-v1:0",
-}
+# The stage defaults (one table for the stage config, the adapters and the price checks).
+DEFAULT_MODELS: Mapping[str, str] = PLAN_DEFAULT_MODELS["bedrock"]
 
 _SYSTEM_PROMPTS = {
     "summary": (

@@ -25,21 +25,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderError
+from aijobs.provider_plan import DEFAULT_MODELS as PLAN_DEFAULT_MODELS
 from aijobs.providers.base import Artifact, Classification, ProviderRequest, ProviderResult
 from aijobs.providers.failures import http_error, http_transport_error, malformed_response_error
 
 KINDS = ("summary", "embedding", "image-generate", "image-caption")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# Per kind, plus "classify". Gateways and local servers pass their own names in `models`.
-DEFAULT_MODELS: Mapping[str, str] = {
-    "summary": "gpt-4o-mini",
-    "image-caption": "gpt-4o-mini",
-    "classify": "gpt-4o-mini",
-    "embedding": "text-embedding-3-small",
-    # `response_format: b64_json` is what DALL-E models accept (gpt-image-1 always answers base64).
-    "image-generate": "dall-e-3",
-}
+# Per kind, plus "classify" (the stage defaults of aijobs.provider_plan). Gateways and local
+# servers pass their own names in `models`. DALL-E takes `response_format: b64_json`.
+DEFAULT_MODELS: Mapping[str, str] = PLAN_DEFAULT_MODELS["openai"]
 SYSTEM_PROMPTS: Mapping[str, str] = {
     "summary": (
         "You summarise the text the user sends. Answer with the summary only, in the language of "
