@@ -190,6 +190,21 @@ def test_an_input_over_its_kinds_cap_is_a_422_at_submit(api: Api, kind: str, cap
     assert status == 202, accepted
 
 
+@pytest.mark.parametrize(
+    ("kind", "content_type", "wanted"),
+    [("summary", "image/png", "text"), ("image-caption", "text/plain", "an image")],
+)
+def test_an_upload_of_the_wrong_type_for_its_kind_is_a_422_at_submit(
+    api: Api, kind: str, content_type: str, wanted: str
+) -> None:
+    bucket = api.stage.resources.bucket
+    boto3.client("s3").put_object(Bucket=bucket, Key="inputs/alice/x", Body=b"data", ContentType=content_type)
+    status, _h, error = api.call("api-post-jobs.json", body={"kind": kind, "inputRef": "inputs/alice/x"})
+    assert (status, error["code"]) == (422, "input_ref_wrong_type"), error
+    assert f"takes {wanted} input" in error["message"]
+    assert api.stage.receive(api.stage.resources.queue_urls[kind]) == []
+
+
 def test_the_openapi_document_has_the_upload_operation(api: Api) -> None:
     _s, _h, document = api.call("api-get-openapi.json", user=None)
     operation = document["paths"]["/uploads"]["post"]

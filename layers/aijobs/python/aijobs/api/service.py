@@ -44,6 +44,7 @@ from aijobs.providers.base import Classification, Provider
 from aijobs.queues import JobQueues
 from aijobs.store.jobs import IdempotencyKeyExists, JobStore, Page
 from aijobs.store.results import (
+    IMAGE_INPUT_KINDS,
     UPLOAD_RULES,
     ResultStore,
     input_ref_is_owned,
@@ -253,11 +254,23 @@ class JobService:
                 )
             # A missing or oversized object would only fail later, in the consumer, after credits
             # were reserved.
-            stored = self.results.input_size(request.inputRef)
-            if stored is None:
+            found = self.results.input_object(request.inputRef)
+            if found is None:
                 raise InputRefNotFoundError(
                     f"inputRef {request.inputRef!r} does not exist: upload the input first, then submit",
                     details={"inputRef": request.inputRef},
+                )
+            stored = found.size
+            wanted = "an image" if request.kind in IMAGE_INPUT_KINDS else "text"
+            if found.content_type in UPLOAD_RULES and found.content_type.startswith("image/") != (
+                request.kind in IMAGE_INPUT_KINDS
+            ):
+                # The upload's own Content-Type (checked by S3 at upload) says it cannot be this
+                # kind's input: refuse now rather than fail in the consumer after a charge.
+                raise UnprocessableError(
+                    f"{request.kind} takes {wanted} input; {request.inputRef!r} is {found.content_type}",
+                    code="input_ref_wrong_type",
+                    details={"inputRef": request.inputRef, "contentType": found.content_type},
                 )
             cap = kind_input_cap(request.kind)
             if stored > cap:
