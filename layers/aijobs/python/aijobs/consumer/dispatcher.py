@@ -49,6 +49,8 @@ class RetryLater(Exception):
     """Raised for a record that must come back: the batch processor reports it as failed."""
 
 
+# How long the rest of a batch waits after a pause: longer than disabling a mapping takes.
+PAUSE_RESEND_DELAY_SECONDS = 300
 # A retry that arrives this close to its due time runs (SQS and Lambda clocks are not one clock).
 RETRY_TOLERANCE = timedelta(seconds=1)
 
@@ -120,8 +122,9 @@ class Consumer:
         ):
             if self._paused:
                 # Not an attempt: a fresh copy waits in the queue for the resumed consumer, so the
-                # pause costs this message none of SQS's receive count.
-                self._resend(message, 0, "consumer paused earlier in this batch")
+                # pause costs this message none of SQS's receive count. Delayed, so that it is not
+                # picked up by a poller before disabling the mapping has taken effect.
+                self._resend(message, PAUSE_RESEND_DELAY_SECONDS, "consumer paused earlier in this batch")
                 return
             try:
                 claimed = self._claim(record, message)
