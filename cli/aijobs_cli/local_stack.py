@@ -519,7 +519,7 @@ class LocalStack:
         consumer = runtime.build_consumer(ConsumerSettings.from_env(self.resources.consumer_env(kind)))
         consumer.control = self.control  # type: ignore[assignment]
         mapping = QueueMapping(
-            sqs=boto3.client("sqs"),
+            sqs=boto3.session.Session().client("sqs"),  # one session per thread
             queue_url=self.resources.queue_urls[kind],
             queue_arn=self.resources.queue_arns[kind],
             handler=consumer.handle,
@@ -536,7 +536,7 @@ class LocalStack:
         consumer = runtime.build_dead_letter_consumer(DlqSettings.from_env(self.resources.dlq_env()))
         mappings = [
             QueueMapping(
-                sqs=boto3.client("sqs"),
+                sqs=boto3.session.Session().client("sqs"),  # one session per thread
                 queue_url=self.resources.dlq_urls[kind],
                 queue_arn=self.resources.dlq_arns[kind],
                 handler=consumer.handle,

@@ -25,6 +25,9 @@ _CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeou
 
 
 _thread = threading.local()
+# Creating clients from boto3's default session is not thread-safe: the local stack builds its
+# functions' collaborators from several threads at once (a Lambda uses one thread).
+_creating = threading.Lock()
 
 
 def dynamodb() -> DynamoDBServiceResource:
@@ -32,30 +35,35 @@ def dynamodb() -> DynamoDBServiceResource:
     runs one thread, the local stack runs its pollers in several)."""
     resource: DynamoDBServiceResource | None = getattr(_thread, "dynamodb", None)
     if resource is None:
-        resource = boto3.resource("dynamodb", config=_CONFIG)
+        with _creating:
+            resource = boto3.resource("dynamodb", config=_CONFIG)
         _thread.dynamodb = resource
     return resource
 
 
 @cache
 def sqs() -> SQSClient:
-    return boto3.client("sqs", config=_CONFIG)
+    with _creating:
+        return boto3.client("sqs", config=_CONFIG)
 
 
 @cache
 def s3() -> S3Client:
     # SigV4 for presigned URLs and upload forms in every region (older regions default to SigV2).
-    return boto3.client("s3", config=_CONFIG.merge(Config(signature_version="s3v4")))
+    with _creating:
+        return boto3.client("s3", config=_CONFIG.merge(Config(signature_version="s3v4")))
 
 
 @cache
 def sns() -> SNSClient:
-    return boto3.client("sns", config=_CONFIG)
+    with _creating:
+        return boto3.client("sns", config=_CONFIG)
 
 
 @cache
 def lambda_() -> LambdaClient:
-    return boto3.client("lambda", config=_CONFIG)
+    with _creating:
+        return boto3.client("lambda", config=_CONFIG)
 
 
 def reset_clients() -> None:
