@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -160,3 +162,21 @@ class Stage:
         ]
         boto3.client("sns").subscribe(TopicArn=self.resources.topic_arn, Protocol="sqs", Endpoint=arn)
         return url
+
+
+@contextmanager
+def restored_process_state() -> Iterator[None]:
+    """Undo what a local stack and the CLI set process-wide: environment (endpoint, credentials),
+    the logger's level and stream, and the cached runtime."""
+    from aijobs.observability import logger
+
+    handler: Any = logger.registered_handler
+    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        logger.setLevel(saved_level)
+        handler.setStream(saved_stream)
+        runtime.reset_runtime()

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from typing import Any
 
 import boto3
 import pytest
 
-from aijobs import runtime
-from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import LocalStack
+from tests.integration.harness import restored_process_state
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def restore_process_state() -> Iterator[None]:
-    handler: Any = logger.registered_handler
-    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
-    try:
+    with restored_process_state():
         yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        logger.setLevel(saved_level)
-        handler.setStream(saved_stream)
-        runtime.reset_runtime()
 
 
 def test_a_second_stack_with_other_queue_attributes_starts_empty(restore_process_state: None) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -18,13 +17,12 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from aijobs import runtime
-from aijobs.observability import logger
 from aijobs.store.jobs import JobStore
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
+from tests.integration.harness import restored_process_state
 
 pytestmark = pytest.mark.integration
 
@@ -36,18 +34,8 @@ FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDE
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     info = tmp_path_factory.mktemp("local") / "local.json"
     local = LocalStack(load_stage_config("local", FAST), port=0, info_file=info, log=lambda _line: None)
-    handler: Any = logger.registered_handler
-    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
-    try:
-        with local:
-            yield local
-    finally:
-        # The stack and the CLI set process-wide state (endpoint, credentials, logging): undo it.
-        os.environ.clear()
-        os.environ.update(saved_env)
-        logger.setLevel(saved_level)
-        handler.setStream(saved_stream)
-        runtime.reset_runtime()
+    with restored_process_state(), local:
+        yield local
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.observability import logger
 from aijobs.providers.local import SimulatedCrash
 from aijobs_cli.main import app
 from aijobs_cli.soak import DEAD_LETTERED, FAULTS, INVARIANTS, LocalSoakTarget, SoakReport, run_soak
-from tests.integration.harness import Stage
+from tests.integration.harness import Stage, restored_process_state
 
 pytestmark = pytest.mark.integration
 
@@ -68,18 +67,10 @@ def test_a_redelivered_crash_inside_the_lease_is_acknowledged_without_running(st
 @pytest.fixture
 def quiet_logs() -> Iterator[None]:
     """The soak runs every function in-process: keep their INFO logs out of the captured output."""
-    handler: Any = logger.registered_handler
-    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
-    logger.setLevel("WARNING")
-    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
-    try:
+    with restored_process_state():
+        logger.setLevel("WARNING")
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
         yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        logger.setLevel(saved_level)
-        handler.setStream(saved_stream)
-        runtime.reset_runtime()
 
 
 def _assert_clean(report: SoakReport) -> None:

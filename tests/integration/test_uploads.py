@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,8 +22,6 @@ import pytest
 import requests  # moto's own dependency: an independent multipart client
 from typer.testing import CliRunner
 
-from aijobs import runtime
-from aijobs.observability import logger
 from aijobs.store.results import (
     IMAGE_INPUT_MAX_BYTES,
     TEXT_INPUT_MAX_BYTES,
@@ -38,6 +35,7 @@ from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
+from tests.integration.harness import restored_process_state
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported
 
@@ -263,18 +261,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     before any later test could run under `mock_aws`."""
     info = tmp_path_factory.mktemp("uploads") / "local.json"
     local = LocalStack(load_stage_config("local", FAST), port=0, info_file=info, log=lambda _line: None)
-    handler: Any = logger.registered_handler
-    saved_env, saved_level, saved_stream = dict(os.environ), logger.log_level, handler.stream
-    try:
-        with local:
-            yield local
-    finally:
-        # The stack and the CLI set process-wide state (endpoint, credentials, logging): undo it.
-        os.environ.clear()
-        os.environ.update(saved_env)
-        logger.setLevel(saved_level)
-        handler.setStream(saved_stream)
-        runtime.reset_runtime()
+    with restored_process_state(), local:
+        yield local
 
 
 @pytest.fixture(scope="class")
