@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
 
     config = load_stage_config(args.stage)
     with LocalStack(config, port=0, log=lambda _line: None) as stack:
-        _serve_every_method(stack)
         print(f"fuzz: local stack at {stack.api_url} (stage {config.stage}, seed {args.seed})", flush=True)
         results = [
             _run(args, stack.api_url, "with API key", {"Authorization": f"Bearer {stack.api_key}"}),
@@ -80,20 +79,6 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(result.exit_code == 0 for result in results)
     print(f"fuzz: total {total_cases} cases, {total_failures} failures: {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
-
-
-def _serve_every_method(stack: LocalStack) -> None:
-    """Hand every HTTP method to the API, as API Gateway's `$default` route does.
-
-    The local server answers methods it has no `do_<METHOD>` for with its own 501, which is not
-    the API's answer (405 with `Allow`); fill in the missing ones, keep any it already has.
-    """
-    assert stack._http is not None
-    handler_class: Any = stack._http.RequestHandlerClass
-    serve = handler_class.do_GET
-    for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE", "QUERY"):
-        if not hasattr(handler_class, f"do_{method}"):
-            setattr(handler_class, f"do_{method}", serve)
 
 
 def _run(args: argparse.Namespace, api_url: str, label: str, headers: dict[str, str]) -> RunResult:

@@ -196,7 +196,12 @@ class _ApiRequestHandler(BaseHTTPRequestHandler):
             return
         self._reply(self.stack.answer(self.command, self.path, gateway_headers(self.headers), body))
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
+    def __getattr__(self, name: str) -> Any:
+        # Every method goes to the API function, as API Gateway's `$default` route sends it
+        # (the API answers an unknown one with 405 and `Allow`), not to http.server's own 501.
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():

@@ -294,3 +294,15 @@ def test_concurrent_clients_are_all_answered(client: Target) -> None:
         answers = [answer for batch in pool.map(submit_several, range(clients)) for answer in batch]
     assert [status for status, _body in answers] == [202] * clients * each, answers
     assert len({body["jobId"] for _status, body in answers}) == clients * each
+
+
+def test_any_method_reaches_the_api_which_answers_405_with_allow(stack: LocalStack) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(stack.api_url + "/jobs", method="QUERY")  # noqa: S310 - loopback
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)  # noqa: S310 - loopback
+    assert caught.value.code == 405
+    assert set(caught.value.headers["Allow"].split(", ")) == {"GET", "POST"}
+    assert json.loads(caught.value.read())["code"] == "method_not_allowed"
