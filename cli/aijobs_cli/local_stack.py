@@ -343,6 +343,10 @@ class LocalStack:
     def start(self) -> LocalStack:
         from moto.server import ThreadedMotoServer
 
+        from aijobs_cli import moto_speedups
+
+        moto_speedups.apply()
+
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request access log
         moto_port = free_port()
         self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)

@@ -46,6 +46,10 @@ class StageResources:
             **{self.config.bindings[kind]: url for kind, url in self.queue_urls.items()},
         }
 
+    def _linked_env(self, kinds: tuple[str, ...]) -> dict[str, str]:
+        """The `Q_*` URLs of other kinds' queues a function sends to (workflow parents, children)."""
+        return {self.config.bindings[kind]: self.queue_urls[kind] for kind in kinds}
+
     def api_env(self) -> dict[str, str]:
         env = {
             **self._common_env(),
@@ -65,12 +69,18 @@ class StageResources:
             "QUEUE_URL": self.queue_urls[kind],
             "DLQ_URL": self.dlq_urls[kind],
             **self.config.consumer_settings_env(kind),
+            **self._linked_env(self.config.linked_queues(kind)),
         }
         ConsumerSettings.from_env(env)
         return env
 
     def dlq_env(self) -> dict[str, str]:
-        env = {**self._common_env(), "ALERT_TOPIC_ARN": self.topic_arn}
+        env = {
+            **self._common_env(),
+            "ALERT_TOPIC_ARN": self.topic_arn,
+            **self.config.dlq_settings_env(),
+            **self._linked_env(tuple(self.config.workflow_children)),
+        }
         DlqSettings.from_env(env)
         return env
 

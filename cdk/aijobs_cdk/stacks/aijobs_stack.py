@@ -64,6 +64,13 @@ class AijobsStack(Stack):
             "QUEUE_NAMES": ";".join(config.queue_names),
             **{config.bindings[q.kind]: q.queue.queue_url for q in queues},
         }
+        by_kind = {q.kind: q for q in queues}
+        # Workflows: a parent's consumer sends its children, the child kind's consumer the
+        # parent's merge step (aijobs.workflows); each gets those queues' URLs and send rights.
+        for job_queue in queues:
+            for linked in config.linked_queues(job_queue.kind):
+                job_queue.consumer.add_environment(config.bindings[linked], by_kind[linked].queue.queue_url)
+                by_kind[linked].queue.grant_send_messages(job_queue.consumer)
 
         producer = functions.function(
             self,
@@ -83,10 +90,15 @@ class AijobsStack(Stack):
             assert config.jwt_audience
             authorizer = HttpJwtAuthorizer("Jwt", config.jwt_issuer_url, jwt_audience=[config.jwt_audience])
         api = Api(self, "Api", config=config, producer=producer, authorizer=authorizer)
+        workflow_queues = {
+            config.bindings[kind]: by_kind[kind].queue.queue_url for kind in config.workflow_children
+        }
         dead_letters = DeadLetters(
             self, "DeadLetters", config=config, queues=queues, functions=functions,
-            environment={**table_env, **alert_env},
+            environment={**table_env, **alert_env, **config.dlq_settings_env(), **workflow_queues},
         )  # fmt: skip
+        for kind in config.workflow_children:
+            by_kind[kind].queue.grant_send_messages(dead_letters.consumer)
         dispatcher = functions.function(
             self,
             "CronDispatcher",

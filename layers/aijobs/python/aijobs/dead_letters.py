@@ -25,10 +25,12 @@ from aijobs.alerts import Alerts
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
+from aijobs.queues import JobQueues
 from aijobs.stage_config import queue_name_from_resource
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso
 from aijobs.store.tenants import Directory
+from aijobs.workflows.fanin import notify_parent
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -51,6 +53,8 @@ class DeadLetter(BaseModel):
     job_status: str | None = None
     # The row's finished_at: each dead-lettering of a job (a re-run may die again) is one entry.
     job_finished_at: str | None = None
+    # A workflow child's parent: re-run the parent, which re-runs its failed children.
+    parent_id: str | None = None
 
 
 @dataclass
@@ -60,6 +64,8 @@ class DeadLetterConsumer:
     meta: Table
     alerts: Alerts
     clock: Callable[[], datetime]
+    # The workflow kinds' queues: a dead child may be its parent's last, whose merge it queues.
+    queues: JobQueues | None = None
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         # A batch whose every record failed is reported item by item too, not raised as an
@@ -118,7 +124,7 @@ class DeadLetterConsumer:
         if job.status is JobStatus.FAILED_FINAL:
             return job  # dead-lettered already: a redelivery, recorded once below
         try:
-            return store.fail_final(
+            finished = store.fail_final(
                 job,
                 now=now,
                 error_class=job.last_error_class or DEAD_LETTERED,
@@ -126,6 +132,9 @@ class DeadLetterConsumer:
                 dead_lettered=True,
                 own_claim=False,
             )
+            if self.queues is not None:
+                notify_parent(store, self.queues, finished, now)
+            return finished
         except TransitionConflict:
             # Finished meanwhile (a duplicate delivery, or the job succeeded after all): keep the row.
             return store.get(job.user_id, job.job_id)
@@ -146,6 +155,7 @@ class DeadLetterConsumer:
             receive_count=int(record.attributes.approximate_receive_count or 0),
             job_status=job.status.value if job else None,
             job_finished_at=iso(job.finished_at) if job and job.finished_at else None,
+            parent_id=job.parent_id if job else None,
         )
 
     def _record(self, entry: DeadLetter) -> bool:

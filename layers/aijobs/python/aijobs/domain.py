@@ -76,6 +76,30 @@ class Job(BaseModel):
     price: int = 0
     charge_state: str | None = None
     charge_allocation: dict[str, int] = Field(default_factory=dict)
+    # A child of a workflow (aijobs.workflows): its parent and its index among the parent's parts.
+    parent_id: str | None = None
+    part: int | None = None
+    # A workflow parent: its step (`split` -> `children` -> `merge`) and its children's counters.
+    # Each child's final transition adds to them in the same transaction (exactly once).
+    phase: str | None = None
+    children_total: int | None = None
+    children_split: int = 0
+    children_done: int = 0
+    children_succeeded: int = 0
+    children_failed: int = 0
+    # How many children may fail before the parent fails (the workflow's failure policy).
+    failures_allowed: int = 0
+    # Credits: a parent pays `base_price` plus `child_price` per child that succeeded.
+    base_price: int = 0
+    child_price: int = 0
+
+    @property
+    def is_parent(self) -> bool:
+        return self.phase is not None
+
+    @property
+    def children_pending(self) -> int:
+        return max(0, (self.children_total or 0) - self.children_succeeded - self.children_failed)
 
 
 def utcnow() -> datetime:

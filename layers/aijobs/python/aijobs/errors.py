@@ -12,6 +12,10 @@ class AijobsError(Exception):
     """Base of every deliberate aijobs error."""
 
 
+# The error class of a job its owner cancelled (and of a workflow child whose parent ended first).
+CANCELLED = "cancelled"
+
+
 # --- provider errors: the retry table ---------------------------------------------------------
 
 

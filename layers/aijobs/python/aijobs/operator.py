@@ -15,8 +15,9 @@ from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import NotFoundError, TransitionConflict
 from aijobs.observability import logger
 from aijobs.queues import JobQueues
-from aijobs.store.jobs import JobStore
+from aijobs.store.jobs import PHASE_CHILDREN, JobStore
 from aijobs.store.tenants import Directory
+from aijobs.workflows.fanin import MERGE_HOLD, notify_parent, try_merge
 
 # Statuses an operator may re-run. `failed_retryable` covers a job stranded between attempts.
 RERUNNABLE = (JobStatus.FAILED_FINAL, JobStatus.FAILED_RETRYABLE)
@@ -53,8 +54,19 @@ class Operator:
         return store, job
 
     def rerun(self, user_id: str, job_id: str) -> Job:
-        """Re-run one job: fresh attempt budget, `queued`, reference re-sent."""
+        """Re-run one job: fresh attempt budget, `queued`, reference re-sent.
+
+        A workflow parent re-runs only its failed children, then merges again; a child alone is
+        re-run only while its parent still waits for children (else re-run the parent).
+        """
         store, job = self._job(user_id, job_id)
+        if job.is_parent and job.children_failed and job.status in (*RERUNNABLE, JobStatus.SUCCEEDED):
+            return self._rerun_parent(store, job)
+        if job.parent_id is not None:
+            child = store.requeue_child(job, now=self.clock(), parent_must_wait=True)
+            self.queues.send(QueueMessage(jobId=job.job_id, userId=user_id, kind=job.kind), kind=job.kind)
+            logger.info("operator re-run of a child", extra={"jobId": job_id, "parentId": job.parent_id})
+            return child
         queued = store.requeue(job, now=self.clock(), allowed_from=RERUNNABLE)
         try:
             self.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
@@ -67,12 +79,43 @@ class Operator:
         logger.info("operator re-run", extra={"jobId": job.job_id, "userId": user_id, "kind": job.kind})
         return queued
 
+    def _rerun_parent(self, store: JobStore, parent: Job) -> Job:
+        """Re-run a parent's `failed_final` children (each no longer counted as failed, in its own
+        transaction), reopen the parent to wait for them, send them, and merge again."""
+        now = self.clock()
+        failed = store.list_children(
+            parent.user_id, parent.job_id, status=JobStatus.FAILED_FINAL, limit=None
+        ).jobs
+        requeued: list[Job] = []
+        for child in failed:
+            try:
+                requeued.append(store.requeue_child(child, now=now, parent_must_wait=False))
+            except TransitionConflict:
+                continue  # re-run or finished meanwhile
+        reopened = store.reopen_parent(
+            parent, now=now, phase=PHASE_CHILDREN, hold=MERGE_HOLD,
+            allowed_from=(*RERUNNABLE, JobStatus.SUCCEEDED),
+        )  # fmt: skip
+        if requeued:
+            self.queues.send_batch(
+                [QueueMessage(jobId=c.job_id, userId=c.user_id, kind=c.kind) for c in requeued],
+                kind=requeued[0].kind,
+            )
+        # Nothing left to wait for (the failed children finished meanwhile): merge now.
+        try_merge(store, self.queues, parent.user_id, parent.job_id, self.clock())
+        logger.info(
+            "operator re-run of a workflow",
+            extra={"jobId": parent.job_id, "userId": parent.user_id, "childrenRerun": len(requeued)},
+        )
+        return reopened
+
     def fail_final(self, user_id: str, job_id: str, reason: str) -> Job:
         """Give up on a job for good (worthless or clearly bad input)."""
         store, job = self._job(user_id, job_id)
         finished = store.fail_final(
             job, now=self.clock(), error_class="operator", message=reason, own_claim=False
         )
+        notify_parent(store, self.queues, finished, self.clock())
         logger.info("operator marked job failed_final", extra={"jobId": job_id, "userId": user_id})
         return finished
 

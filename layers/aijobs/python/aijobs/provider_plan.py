@@ -130,8 +130,14 @@ def parse_provider_plan(
     kind_providers: str | None = None,
     kind_models: str | None = None,
     kind_allowed_models: str | None = None,
+    inherit: Mapping[str, str] | None = None,
 ) -> tuple[KindPlan, ...]:
-    """One KindPlan per configured kind plus `classify`, or `ProviderPlanError` naming the entry."""
+    """One KindPlan per configured kind plus `classify`, or `ProviderPlanError` naming the entry.
+
+    `inherit` maps a workflow kind to its child kind: the workflow runs on its child kind's plan
+    (a report's final summary uses the summary provider and models), so it takes no entries.
+    """
+    inherit = {kind: child for kind, child in (inherit or {}).items() if kind in kinds}
     default = (default_provider or "").strip() or ("local" if stage == "local" else "bedrock")
     if default not in PROVIDERS:
         raise ProviderPlanError(f"PROVIDER={default!r} is not one of {list(PROVIDERS)}")
@@ -149,8 +155,16 @@ def parse_provider_plan(
         unknown = sorted(set(entries) - set(known) - SHIPPED_KINDS)
         if unknown:
             raise ProviderPlanError(f"{key} names kinds that are not in QUEUE_NAMES (or classify): {unknown}")
+        inheriting = sorted(set(entries) & set(inherit))
+        if inheriting:
+            raise ProviderPlanError(
+                f"{key}: {inheriting} are workflows: they use their child kind's provider and models "
+                f"({', '.join(f'{kind} -> {inherit[kind]}' for kind in inheriting)}); configure those instead"
+            )
     plans: list[KindPlan] = []
     for kind in known:
+        if kind in inherit:
+            continue
         provider = providers.get(kind)
         if provider is None:
             provider = default
@@ -178,7 +192,16 @@ def parse_provider_plan(
             if m.strip()
         )
         plans.append(KindPlan(kind, provider, model, extra))
-    return tuple(plans)
+    by_kind = {plan.kind: plan for plan in plans}
+    for kind, child in inherit.items():
+        if child not in by_kind:
+            raise ProviderPlanError(
+                f"workflow {kind!r} runs its parts as {child!r}, which is not in QUEUE_NAMES"
+            )
+        parent = by_kind[child]
+        plans.append(KindPlan(kind, parent.provider, parent.model, parent.allowed_models))
+    order = {kind: index for index, kind in enumerate(known)}
+    return tuple(sorted(plans, key=lambda plan: order[plan.kind]))
 
 
 def plans_setting(plans: tuple[KindPlan, ...]) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from aijobs.domain import QueueMessage
@@ -13,10 +13,16 @@ if TYPE_CHECKING:
 # SQS caps DelaySeconds and a visibility change at these values.
 MAX_SEND_DELAY_SECONDS = 900
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60
+# SendMessageBatch takes at most 10 entries.
+SEND_BATCH = 10
 
 
 class UnknownKindError(KeyError):
     pass
+
+
+class SendBatchError(ConnectionError):
+    """SQS refused some entries of a batch (classified as a transient infrastructure failure)."""
 
 
 class JobQueues:
@@ -47,6 +53,32 @@ class JobQueues:
             DelaySeconds=max(0, min(delay_seconds, MAX_SEND_DELAY_SECONDS)),
         )
         return response["MessageId"]
+
+    def send_batch(self, messages: Sequence[QueueMessage], *, kind: str) -> int:
+        """Send references ten per call (SendMessageBatch); returns how many calls were made.
+
+        Any entry SQS refuses fails the whole call with an error, so the caller's step is retried:
+        entries that did go out become duplicates, which every consumer handles already.
+        """
+        url = self.url(kind)
+        calls = 0
+        for start in range(0, len(messages), SEND_BATCH):
+            chunk = messages[start : start + SEND_BATCH]
+            response = self._sqs.send_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(index), "MessageBody": message.model_dump_json(exclude_none=True)}
+                    for index, message in enumerate(chunk)
+                ],
+            )
+            calls += 1
+            failed = response.get("Failed", [])
+            if failed:
+                codes = sorted({str(entry.get("Code")) for entry in failed})
+                raise SendBatchError(
+                    f"{len(failed)} of {len(chunk)} messages were not sent to {kind}: {codes}"
+                )
+        return calls
 
     def send_to_dlq(self, body: str, *, kind: str) -> None:
         """Move a message whose attempt budget is spent to its kind's DLQ (the body is unchanged)."""

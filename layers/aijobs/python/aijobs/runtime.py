@@ -54,7 +54,9 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
         kind=settings.queue_name,
         directory=directory(settings),
         queues=JobQueues(
-            aws.sqs(), {settings.queue_name: settings.queue_url}, {settings.queue_name: settings.dlq_url}
+            aws.sqs(),
+            {settings.queue_name: settings.queue_url, **settings.linked_queue_urls},
+            {settings.queue_name: settings.dlq_url},
         ),
         results=ResultStore(aws.s3(), settings.bucket_name),
         provider=build_provider(settings.provider, settings, bucket=settings.bucket_name),
@@ -69,6 +71,7 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
         max_attempts=settings.max_attempts,
         lease=timedelta(seconds=settings.job_lease_seconds),
         recheck=timedelta(seconds=settings.provider_recheck_seconds),
+        hold=timedelta(seconds=settings.stuck_queued_seconds),
         clock=clock,
     )
 
@@ -104,6 +107,7 @@ def build_dead_letter_consumer(
         meta=aws.dynamodb().Table(settings.meta_table_name),
         alerts=Alerts(aws.sns(), settings.alert_topic_arn),
         clock=clock,
+        queues=JobQueues(aws.sqs(), settings.linked_queue_urls),
     )
 
 

@@ -115,16 +115,41 @@ class ConsumerSettings(FunctionSettings, _ProviderSettings):
     throttle_delay_seconds: int = Field(validation_alias="THROTTLE_DELAY_SECONDS", ge=0)
     provider_recheck_seconds: int = Field(validation_alias="PROVIDER_RECHECK_SECONDS", ge=0)
     job_lease_seconds: int = Field(validation_alias="JOB_LEASE_SECONDS", ge=1)
+    stuck_queued_seconds: int = Field(validation_alias="STUCK_QUEUED_SECONDS", ge=1)
+    # Other kinds' queues this consumer sends to: a workflow's children, or the workflows whose
+    # children it runs (to queue their merge step). `LINKED_QUEUES` plus one `Q_*` URL each.
+    linked_queue_urls: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_linked_queues(cls, data: Any) -> Any:
+        return _with_linked_queues(data)
 
     @property
     def max_attempts(self) -> int:
         return self.max_retries + 1
 
 
+def _with_linked_queues(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    names = split_list(data.get("LINKED_QUEUES"))
+    missing = [binding_name(name) for name in names if not data.get(binding_name(name))]
+    if missing:
+        raise ValueError(f"queue URL variables missing for LINKED_QUEUES: {missing}")
+    return {**data, "linked_queue_urls": {name: data[binding_name(name)] for name in names}}
+
+
 class DlqSettings(FunctionSettings):
-    """The dead-letter consumer."""
+    """The dead-letter consumer (it queues the merge step of a workflow whose last child died)."""
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
+    linked_queue_urls: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_linked_queues(cls, data: Any) -> Any:
+        return _with_linked_queues(data)
 
 
 class CronSettings(_QueueSettings):

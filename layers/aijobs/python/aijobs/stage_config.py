@@ -229,8 +229,23 @@ class StageConfig:
             **self._provider_env(),
         }
 
+    @property
+    def workflow_children(self) -> dict[str, str]:
+        """Configured workflow kind -> its child kind (aijobs.workflows.registry)."""
+        return _workflow_children(self.queue_names)
+
+    def linked_queues(self, kind: str) -> tuple[str, ...]:
+        """Other kinds' queues a kind's consumer sends to: a workflow's child kind; for a child
+        kind, the workflows whose parts it runs (the last child queues its parent's merge)."""
+        children = self.workflow_children
+        linked = [children[kind]] if kind in children else []
+        linked += [parent for parent, child in children.items() if child == kind]
+        return tuple(dict.fromkeys(linked))
+
     def consumer_settings_env(self, kind: str) -> dict[str, str]:
         return {
+            "LINKED_QUEUES": ";".join(self.linked_queues(kind)),
+            "STUCK_QUEUED_SECONDS": str(self.stuck_queued_seconds),
             "MAX_RETRIES": str(self.max_retries),
             "PROVIDER": self.plan(kind).provider,
             **self._provider_env(),
@@ -240,6 +255,10 @@ class StageConfig:
             "PROVIDER_RECHECK_SECONDS": str(self.provider_recheck_seconds),
             "JOB_LEASE_SECONDS": str(self.lease_seconds),
         }
+
+    def dlq_settings_env(self) -> dict[str, str]:
+        # A dead child may be its workflow's last: the DLQ consumer queues the parent's merge.
+        return {"LINKED_QUEUES": ";".join(self.workflow_children)}
 
     def cron_settings_env(self) -> dict[str, str]:
         return {
@@ -307,10 +326,12 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
 
     ints = {key.lower(): _int(values, key, spec) for key, spec in INT_KEYS.items()}
     auth_mode, jwt_issuer_url, jwt_audience = _auth(values)
+    children = _workflow_children(queue_names)
     try:
         plans = parse_provider_plan(
             stage=stage,
             kinds=queue_names,
+            inherit=children,
             default_provider=values.get("PROVIDER"),
             kind_providers=values.get("KIND_PROVIDERS"),
             kind_models=values.get("KIND_MODELS"),
@@ -357,6 +378,19 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
             f"{SQS_VISIBILITY_MAX_SECONDS}s"
         )
     return config
+
+
+def _workflow_children(queue_names: tuple[str, ...]) -> dict[str, str]:
+    """The configured workflow kinds and their child kinds; a child kind must be configured too."""
+    from aijobs.workflows.registry import workflow_children
+
+    children = {kind: child for kind, child in workflow_children().items() if kind in queue_names}
+    for kind, child in children.items():
+        if child not in queue_names:
+            raise ConfigError(
+                f"QUEUE_NAMES: workflow {kind!r} runs its parts as {child!r}; add {child!r} too"
+            )
+    return children
 
 
 def _check_queue_name(stage: str, name: str) -> None:

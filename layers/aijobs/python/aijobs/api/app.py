@@ -188,12 +188,12 @@ _ERROR_DESCRIPTIONS: dict[int, str] = {
     401: "missing or invalid API key",
     402: "not enough credits",
     404: "no such job (or another user's)",
-    409: "Idempotency-Key reused with another body, or credits changed meanwhile",
+    409: "Idempotency-Key reused with another body, credits changed meanwhile, or the job already finished",
     413: "body or inline input too large",
     415: "the body is not `application/json`",
     422: (
         "schema error (with field paths), unknown kind, a missing, foreign or oversized input object, "
-        "or an upload of a refused content type or size"
+        "an upload of a refused content type or size, or workflow options or an input it cannot split"
     ),
     500: "unexpected failure on our side",
     503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
@@ -304,6 +304,36 @@ def create_upload(body: UploadRequest) -> Response[PresignedUpload]:
 )
 def get_job(job_id: str) -> JobView:
     return service().view(service().get(_principal(), job_id))
+
+
+@app.post(
+    "/jobs/<job_id>/cancel",
+    summary="Cancel one of your jobs (a workflow's children not started yet never run)",
+    operation_id="cancelJob",
+    tags=["jobs"],
+    responses=_responses(200, "the job, now failed_final with error class `cancelled`", 404, 409),
+)
+def cancel_job(job_id: str) -> JobView:
+    svc = service()
+    return svc.view(svc.cancel(_principal(), job_id))
+
+
+@app.get(
+    "/jobs/<job_id>/children",
+    summary="A workflow job's children (its parts), in part order",
+    operation_id="listJobChildren",
+    tags=["jobs"],
+    responses=_responses(200, "one page of the job's children", 400, 404),
+)
+def list_children(
+    job_id: str,
+    status: Annotated[JobStatus | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[str | None, Query(max_length=2000)] = None,
+) -> JobList:
+    svc = service()
+    page = svc.children(_principal(), job_id, status=status, limit=limit, cursor=cursor)
+    return JobList(jobs=[svc.view(job) for job in page.jobs], nextCursor=page.cursor)
 
 
 @app.get(

@@ -84,6 +84,18 @@ class PresignedUpload(BaseModel):
 
 class Links(BaseModel):
     self: str
+    children: str | None = Field(default=None, description="a workflow's children (`GET`)")
+    parent: str | None = Field(default=None, description="a child's parent workflow job")
+    cancel: str | None = Field(default=None, description="`POST` here to cancel the job")
+
+
+class Progress(BaseModel):
+    """A workflow job's children: `total` is known once its split ran (0 before)."""
+
+    total: int
+    succeeded: int
+    failedFinal: int
+    pending: int
 
 
 class JobAccepted(BaseModel):
@@ -118,6 +130,10 @@ class JobView(BaseModel):
     resultUrl: str | None = Field(default=None, description="short-lived download URL of the result")
     artifacts: list[ArtifactLink] = Field(default_factory=list)
     deadLettered: bool = False
+    parentId: str | None = Field(default=None, description="the workflow job this job is a part of")
+    part: int | None = Field(default=None, description="this part's index in its parent (from 0)")
+    phase: str | None = Field(default=None, description="a workflow's step: split, children or merge")
+    progress: Progress | None = Field(default=None, description="a workflow's children so far")
     links: Links
 
 

@@ -20,18 +20,22 @@ from aijobs.api.schemas import (
     JobView,
     Links,
     PresignedUpload,
+    Progress,
     TransactionView,
     UploadRequest,
 )
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
+    CANCELLED,
     ConflictError,
     InputRefNotFoundError,
     InputRefTooLargeError,
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
+    ProviderError,
     ServiceUnavailableError,
+    TransitionConflict,
     UnauthorizedError,
     UnprocessableError,
     UnsupportedUploadTypeError,
@@ -42,7 +46,8 @@ from aijobs.observability import METRIC_ACCEPTED, emit, logger
 from aijobs.provider_plan import KindPlan
 from aijobs.providers.base import Classification, Provider
 from aijobs.queues import JobQueues
-from aijobs.store.jobs import IdempotencyKeyExists, JobStore, Page
+from aijobs.store.jobs import PHASE_SPLIT, IdempotencyKeyExists, JobStore, Page
+from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import (
     IMAGE_INPUT_KINDS,
     UPLOAD_RULES,
@@ -52,11 +57,13 @@ from aijobs.store.results import (
     new_input_key,
 )
 from aijobs.store.tenants import Directory, Principal
+from aijobs.workflows.fanin import notify_parent
+from aijobs.workflows.registry import WORKFLOWS
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
-# What `new_job_id` makes: anything else cannot be a job (and could exceed DynamoDB's key size).
-_JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+# What `new_job_id` makes (a workflow child adds `.<5-digit index>`): anything else cannot be a job.
+_JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{5})?")
 
 
 def request_hash(request: JobRequest) -> str:
@@ -113,7 +120,7 @@ class JobService:
         self, principal: Principal, request: JobRequest, idempotency_key: str | None
     ) -> tuple[Job, bool]:
         """Write the `queued` row and send its reference; returns (job, replayed)."""
-        self._check(principal, request, idempotency_key)
+        input_size = self._check(principal, request, idempotency_key)
         store = self._store(principal)
         now = self.clock()
         job = Job(
@@ -129,6 +136,7 @@ class JobService:
             created_at=now,
             updated_at=now,
         )
+        job = self._priced(job, request, input_size)
         digest = request_hash(request)
         if idempotency_key is not None:
             seen = store.get_idempotency(principal.user_id, idempotency_key)
@@ -159,9 +167,40 @@ class JobService:
         logger.info("job accepted", extra={"jobId": job.job_id, "kind": job.kind, "userId": job.user_id})
         return job, False
 
+    def _priced(self, job: Job, request: JobRequest, input_size: int | None) -> Job:
+        """The job's price; a workflow's is its own plus its child kind's per part it will make
+        (known from an inline input, estimated from an upload's size and settled at the split)."""
+        workflow = WORKFLOWS.get(job.kind)
+        if workflow is None:
+            return job.model_copy(update={"price": self.prices.get(job.kind, 0)})
+        try:
+            options = workflow.option_values(request.options)
+            parts = workflow.estimate(request.input, input_size, options)
+        except ValueError as error:
+            raise UnprocessableError(str(error), code="invalid_options") from None
+        except ProviderError as error:  # the inline input cannot be split
+            raise UnprocessableError(str(error), code="invalid_input") from None
+        if parts > MAX_CHILDREN and request.input is None:
+            parts = MAX_CHILDREN  # an estimate from an upload's size: the split decides exactly
+        if parts > MAX_CHILDREN:
+            raise UnprocessableError(
+                f"{job.kind}: this input makes about {parts} parts; at most {MAX_CHILDREN} per job",
+                code="too_many_parts",
+                details={"parts": parts, "limit": MAX_CHILDREN},
+            )
+        base, each = self.prices.get(job.kind, 0), self.prices.get(workflow.child_kind, 0)
+        return job.model_copy(
+            update={
+                "phase": PHASE_SPLIT,
+                "base_price": base,
+                "child_price": each,
+                "price": base + each * parts,
+            }
+        )
+
     def _create_paid(self, store: JobStore, job: Job, idempotency_key: str | None, digest: str) -> Job:
         """Write the row, its idempotency record and its credit debit in one transaction."""
-        price = self.prices.get(job.kind, 0)
+        price = job.price
         for _attempt in range(3):
             writes: list[dict[str, Any]] = []
             if price:
@@ -217,7 +256,8 @@ class JobService:
         plan = self.plans.get(kind)
         return plan.provider if plan is not None else self.provider_name
 
-    def _check(self, principal: Principal, request: JobRequest, idempotency_key: str | None) -> None:
+    def _check(self, principal: Principal, request: JobRequest, idempotency_key: str | None) -> int | None:
+        """Refuse what cannot run; returns the size of the `inputRef` object (if any)."""
         if request.kind not in self.queues.kinds:
             raise UnprocessableError(
                 f"unknown kind {request.kind!r}",
@@ -278,6 +318,8 @@ class JobService:
                     f"the input is {stored} bytes; {request.kind} takes inputs of up to {cap} bytes",
                     details={"inputRef": request.inputRef, "size": stored, "limit": cap},
                 )
+            return stored
+        return None
 
     def create_upload(self, principal: Principal, request: UploadRequest) -> PresignedUpload:
         """A presigned POST for one new object under the caller's `inputs/<userId>/`.
@@ -328,6 +370,42 @@ class JobService:
             principal.user_id, status=status, kind=kind, limit=limit, cursor=cursor
         )
 
+    def cancel(self, principal: Principal, job_id: str) -> Job:
+        """Cancel the caller's job: it ends `failed_final` / `cancelled` and its unused credits are
+        refunded (once). A workflow's children not started yet are never run. Cancelling a job
+        cancelled already answers it again; one that finished otherwise is a 409."""
+        job = self.get(principal, job_id)
+        store = self._store(principal)
+        if not job.status.is_terminal:
+            try:
+                job = store.fail_final(
+                    job, now=self.clock(), error_class=CANCELLED, message="cancelled by its owner",
+                    own_claim=False,
+                )  # fmt: skip
+                notify_parent(store, self.queues, job, self.clock())
+                logger.info("job cancelled", extra={"jobId": job.job_id, "kind": job.kind})
+                return job
+            except TransitionConflict:
+                job = self.get(principal, job_id)  # it finished meanwhile
+        if job.status is JobStatus.FAILED_FINAL and job.last_error_class == CANCELLED:
+            return job
+        raise ConflictError(
+            f"job {job_id} already finished ({job.status.value})",
+            code="job_finished",
+            details={"status": job.status.value},
+        )
+
+    def children(
+        self, principal: Principal, job_id: str, *, status: JobStatus | None, limit: int, cursor: str | None
+    ) -> Page:
+        """A workflow job's children in part order, one page at a time."""
+        parent = self.get(principal, job_id)
+        if not parent.is_parent:
+            raise NotFoundError(f"job {job_id!r} is not a workflow job and has no children")
+        return self._store(principal).list_children(
+            principal.user_id, job_id, status=status, limit=limit, cursor=cursor
+        )
+
     def classify(self, text: str) -> Classification:
         return self.provider.classify(text)
 
@@ -354,5 +432,23 @@ class JobService:
             resultUrl=self.results.download_url(job.result_ref) if job.result_ref else None,
             artifacts=artifacts,
             deadLettered=job.dead_lettered,
-            links=Links(self=f"/jobs/{job.job_id}"),
+            parentId=job.parent_id,
+            part=job.part,
+            phase=job.phase,
+            progress=(
+                Progress(
+                    total=job.children_total or 0,
+                    succeeded=job.children_succeeded,
+                    failedFinal=job.children_failed,
+                    pending=job.children_pending,
+                )
+                if job.is_parent
+                else None
+            ),
+            links=Links(
+                self=f"/jobs/{job.job_id}",
+                children=f"/jobs/{job.job_id}/children" if job.is_parent else None,
+                parent=f"/jobs/{job.parent_id}" if job.parent_id else None,
+                cancel=None if job.status.is_terminal else f"/jobs/{job.job_id}/cancel",
+            ),
         )

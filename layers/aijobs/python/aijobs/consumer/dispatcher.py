@@ -23,7 +23,7 @@ from aijobs.consumer.control import ConsumerControl
 from aijobs.consumer.handlers import JobContext, KindHandler
 from aijobs.consumer.retry import RetryPolicy
 from aijobs.domain import Job, JobStatus, QueueMessage
-from aijobs.errors import ProviderAuthError, ProviderError, TransitionConflict, classify_exception
+from aijobs.errors import CANCELLED, ProviderAuthError, ProviderError, TransitionConflict, classify_exception
 from aijobs.observability import (
     METRIC_CONSUMER_PAUSED,
     METRIC_DURATION,
@@ -43,6 +43,7 @@ from aijobs.stage_config import queue_name_from_resource
 from aijobs.store.jobs import JobStore
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
+from aijobs.workflows.fanin import notify_parent
 
 
 class RetryLater(Exception):
@@ -53,6 +54,8 @@ class RetryLater(Exception):
 PAUSE_RESEND_DELAY_SECONDS = 300
 # A retry that arrives this close to its due time runs (SQS and Lambda clocks are not one clock).
 RETRY_TOLERANCE = timedelta(seconds=1)
+# A workflow child in these statuses is not run once its parent has ended.
+_NOT_STARTED = (JobStatus.QUEUED, JobStatus.FAILED_RETRYABLE)
 
 
 def _runnable_now(job: Job, now: datetime) -> bool:
@@ -80,6 +83,8 @@ class Consumer:
     lease: timedelta
     recheck: timedelta
     clock: Callable[[], datetime]
+    # How long a workflow parent waits for its children before the sweeper looks at it again.
+    hold: timedelta = timedelta(minutes=15)
     function_name: str = ""
     _paused: bool = field(default=False, init=False)
 
@@ -156,6 +161,8 @@ class Consumer:
             logger.info("job already finished: duplicate acknowledged", extra={"status": job.status.value})
             return None
         now = self.clock()
+        if job.parent_id is not None and job.status in _NOT_STARTED and self._parent_finished(store, job):
+            return None
         if job.status is JobStatus.RUNNING and job.awaiting_provider:
             if message.check is None or message.check != job.recheck_id:
                 logger.info("not the job's pending re-check (a duplicate or stale copy): acknowledged")
@@ -178,11 +185,36 @@ class Consumer:
             return None
         return store, claimed
 
+    def _parent_finished(self, store: JobStore, child: Job) -> bool:
+        """A child whose parent already ended (cancelled, or failed by its policy) is never run:
+        it is finalized as `cancelled` (and counted) instead."""
+        assert child.parent_id is not None
+        parent = store.get(child.user_id, child.parent_id)
+        if parent is not None and not parent.status.is_terminal:
+            return False
+        try:
+            finished = store.fail_final(
+                child, now=self.clock(), error_class=CANCELLED,
+                message="not run: its parent job had already finished", own_claim=False,
+            )  # fmt: skip
+        except TransitionConflict:
+            return True
+        emit(METRIC_FAILED_FINAL, kind=child.kind, error_class=CANCELLED)
+        notify_parent(store, self.queues, finished, self.clock())
+        logger.info("child of a finished parent not run", extra={"parentId": child.parent_id})
+        return True
+
     def _run(self, record: SQSRecord, store: JobStore, job: Job, handler: KindHandler) -> None:
         started = time.monotonic()
         try:
             try:
-                result = handler(JobContext(job=job, provider=self.provider, results=self.results))
+                result = handler(
+                    JobContext(
+                        job=job, provider=self.provider, results=self.results, store=store,
+                        queues=self.queues, clock=self.clock, lease_seconds=self.lease.total_seconds(),
+                        hold_seconds=self.hold.total_seconds(),
+                    )
+                )  # fmt: skip
             except ProviderError as error:
                 self._failed(record, store, job, error)
                 return
@@ -193,6 +225,8 @@ class Consumer:
                 classified = classify_exception(error)
                 self._failed(record, store, job, classified)
                 return
+            if result is None:
+                return  # a workflow parent parked itself to wait for its children
             if result.status == "running":
                 self._await(store, job, result)
             else:
@@ -202,7 +236,9 @@ class Consumer:
             logger.warning("job changed under this attempt: outcome dropped, message acknowledged")
 
     def _succeeded(self, store: JobStore, job: Job, result: ProviderResult, seconds: float) -> None:
-        result_ref, inline = self.results.write(job.job_id, "main", result.output, result.artifacts)
+        result_ref, inline = self.results.write(
+            job.job_id, "main", result.output, result.artifacts, result.stored_artifacts
+        )
         # The adapter's own cost wins; else the usage is priced from the model price table.
         spent = spend(
             self.provider.name,
@@ -211,7 +247,7 @@ class Consumer:
             given=result.cost,
             options=job.options,
         )
-        store.succeed(
+        finished = store.succeed(
             job,
             now=self.clock(),
             result=inline,
@@ -220,6 +256,7 @@ class Consumer:
             usage=result.usage,
             cost=spent.usd,
         )
+        notify_parent(store, self.queues, finished, self.clock())
         emit(METRIC_SUCCEEDED, kind=job.kind)
         emit(METRIC_DURATION, kind=job.kind, value=round(seconds * 1000, 1), unit=MetricUnit.Milliseconds)
         if spent.usd is not None:
@@ -256,7 +293,8 @@ class Consumer:
         extra = {"errorClass": error_class, "status": error.status}
         now = self.clock()
         if not error.retryable:
-            store.fail_final(job, now=now, error_class=error_class, message=str(error))
+            finished = store.fail_final(job, now=now, error_class=error_class, message=str(error))
+            notify_parent(store, self.queues, finished, self.clock())
             emit(METRIC_FAILED_FINAL, kind=job.kind, error_class=error_class)
             logger.warning("job failed for good", extra=extra)
             if isinstance(error, ProviderAuthError):

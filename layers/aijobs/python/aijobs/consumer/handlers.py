@@ -7,16 +7,22 @@ adding a kind means adding a function here and a line in registry.py.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from aijobs.domain import Job
 from aijobs.errors import InvalidInputError
 from aijobs.providers.base import Provider, ProviderRequest, ProviderResult
-from aijobs.store.results import ResultStore
+from aijobs.store.results import ResultStore, is_part_ref
+
+if TYPE_CHECKING:
+    from aijobs.queues import JobQueues
+    from aijobs.store.jobs import JobStore
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,13 @@ class JobContext:
     job: Job
     provider: Provider
     results: ResultStore
+    # What a workflow step also needs (aijobs.workflows): the row's store, the queues it sends
+    # children or merge messages to, the clock and the lease it must keep renewing.
+    store: JobStore | None = None
+    queues: JobQueues | None = None
+    clock: Callable[[], datetime] | None = None
+    lease_seconds: float = 0.0
+    hold_seconds: float = 0.0
 
     def request(
         self, *, input: Any = None, input_bytes: bytes | None = None, step: str = "main"
@@ -45,7 +58,9 @@ class JobContext:
         )
 
 
-KindHandler = Callable[[JobContext], ProviderResult]
+# A handler returns the step's result, or None when it parked the job itself (a workflow parent
+# now waiting for its children).
+KindHandler = Callable[[JobContext], ProviderResult | None]
 
 
 def _input_bytes(ctx: JobContext) -> bytes:
@@ -60,18 +75,28 @@ def _input_bytes(ctx: JobContext) -> bytes:
         raise
 
 
+def input_value(ctx: JobContext) -> Any:
+    """The job's input: inline, the UTF-8 text of its uploaded `inputRef`, or the JSON value of a
+    workflow part (a split stores parts too large for a row under `results/<parent>/parts/`)."""
+    job = ctx.job
+    if job.input is not None or job.input_ref is None:
+        return job.input
+    data = _input_bytes(ctx)
+    if is_part_ref(job.input_ref):
+        return json.loads(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(
+            f"the input object is not UTF-8 text (invalid byte at offset {error.start})"
+        ) from None
+
+
 def _text(ctx: JobContext, *fields: str) -> str:
     """The job's text input: a string, the first of `fields` in an object input, or the UTF-8 text
     of the object its `inputRef` names."""
     job = ctx.job
-    value: Any = job.input
-    if value is None and job.input_ref is not None:
-        try:
-            value = _input_bytes(ctx).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidInputError(
-                f"the input object is not UTF-8 text (invalid byte at offset {error.start})"
-            ) from None
+    value = input_value(ctx)
     if isinstance(value, dict):
         value = next((value[name] for name in fields if isinstance(value.get(name), str)), None)
     if not isinstance(value, str) or not value.strip():
@@ -85,8 +110,9 @@ def summarize(ctx: JobContext) -> ProviderResult:
 
 def embed(ctx: JobContext) -> ProviderResult:
     # `{"texts": [...]}` embeds a batch in one job; the adapter checks its size and shape.
-    if isinstance(ctx.job.input, dict) and "texts" in ctx.job.input:
-        return ctx.provider.run(ctx.request(input={"texts": ctx.job.input["texts"]}))
+    value = input_value(ctx)
+    if isinstance(value, dict) and "texts" in value:
+        return ctx.provider.run(ctx.request(input={"texts": value["texts"]}))
     return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
 
 

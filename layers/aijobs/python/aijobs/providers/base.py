@@ -60,6 +60,9 @@ class ProviderResult(BaseModel):
     cost: float | None = None
     # For `running`: the provider's task id, passed back on the next check.
     handle: str | None = None
+    # Keys of artifacts a step already wrote to the result bucket itself (a workflow merge that
+    # streams a large object); listed with `artifacts` in the result document.
+    stored_artifacts: tuple[str, ...] = ()
 
 
 class Classification(BaseModel):

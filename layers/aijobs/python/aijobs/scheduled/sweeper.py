@@ -19,6 +19,7 @@ from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_SWEPT, emit, logger
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
+from aijobs.workflows.fanin import notify_parent
 
 LEASE_EXPIRED = "lease_expired"
 NEVER_DELIVERED = "never_delivered"
@@ -79,7 +80,7 @@ def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
 
 def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str) -> str:
     try:
-        store.fail_final(
+        finished = store.fail_final(
             job,
             now=ctx.clock(),
             error_class=error_class,
@@ -88,6 +89,7 @@ def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str) -> 
         )
     except TransitionConflict:
         return "skipped"
+    notify_parent(store, ctx.queues, finished, ctx.clock())
     return "finalized"
 
 

@@ -24,10 +24,12 @@ from aijobs.store.keys import (
     PK,
     SK,
     TTL_ATTRIBUTE,
+    children_sk_prefix,
     idempotency_sk,
     iso,
     job_sk,
     kind_status_pk,
+    parent_status_pk,
     parse_iso,
     user_pk,
     user_status_pk,
@@ -39,6 +41,11 @@ if TYPE_CHECKING:
 IDEMPOTENCY_TTL = timedelta(hours=24)
 CHARGE_RESERVED, CHARGE_SETTLED, CHARGE_REFUNDED = "reserved", "settled", "refunded"
 _REFUND_ATTEMPTS = 3
+# A parent's settlement reads its children's counters; a child finishing meanwhile moves them.
+_SETTLE_ATTEMPTS = 8
+# DynamoDB's TransactWriteItems takes at most 100 actions.
+CHILD_WRITE_BATCH = 100
+PHASE_SPLIT, PHASE_CHILDREN, PHASE_MERGE = "split", "children", "merge"
 _RUNNABLE = (JobStatus.QUEUED.value, JobStatus.FAILED_RETRYABLE.value)
 
 
@@ -314,19 +321,12 @@ class JobStore:
             "usage_json": json.dumps(usage),
             "cost": str(cost) if cost is not None else None,
         }
-        if job.charge_state == CHARGE_RESERVED:
+        if job.charge_state == CHARGE_RESERVED and not job.is_parent:
             sets["charge_state"] = CHARGE_SETTLED
-        updated = self._transition(
-            job,
-            JobStatus.SUCCEEDED,
-            now,
-            condition=_OWN_CLAIM,
-            sets=sets,
-            values=_claim_values(job),
+        return self._finish(
+            job, JobStatus.SUCCEEDED, now, condition=_OWN_CLAIM, sets=sets, values=_claim_values(job),
             remove=("lease_expires_at",),
-        )
-        assert updated is not None
-        return updated
+        )  # fmt: skip
 
     def fail_retryable(
         self, job: Job, *, now: datetime, error_class: str, message: str, retry_at: datetime | None = None
@@ -361,7 +361,7 @@ class JobStore:
         """Finalize a job, refunding its reserved credits in the same transaction (exactly once).
 
         From the consumer (`own_claim`), only the claim holder may finalize; from the DLQ consumer,
-        the sweeper or an operator, any job that has not finished may.
+        the sweeper, an operator or a cancel, any job that has not finished may.
         """
         if own_claim:
             condition, values = _OWN_CLAIM, _claim_values(job)
@@ -377,38 +377,95 @@ class JobStore:
             "recheck_id": None,
             "next_attempt_at": None,
         }
-        if job.charge_state != CHARGE_RESERVED:
-            updated = self._transition(
-                job, JobStatus.FAILED_FINAL, now, condition=condition, sets=sets, values=values,
-                remove=("lease_expires_at",),
-            )  # fmt: skip
-            assert updated is not None
-            return updated
-        request = self._update_request(
-            job,
-            JobStatus.FAILED_FINAL,
-            now,
-            condition=f"({condition}) AND charge_state = :reserved",
-            sets={**sets, "charge_state": CHARGE_REFUNDED},
-            values={**values, ":reserved": CHARGE_RESERVED},
+        return self._finish(
+            job, JobStatus.FAILED_FINAL, now, condition=condition, sets=sets, values=values,
             remove=("lease_expires_at",),
-        )
+        )  # fmt: skip
+
+    def _finish(
+        self,
+        job: Job,
+        status: JobStatus,
+        now: datetime,
+        *,
+        condition: str,
+        sets: dict[str, Any],
+        values: dict[str, Any],
+        remove: Sequence[str],
+    ) -> Job:
+        """A final transition, with what must happen exactly once alongside it, in one transaction:
+        the credit refund (all of it for a failed job; what its children did not use for a parent)
+        and, for a workflow child, its count on the parent row."""
         client = self._table.meta.client
-        for attempt in range(_REFUND_ATTEMPTS):
-            refund = self.ledger.refund(job.user_id, job.job_id, job.charge_allocation)
+        count_on_parent = job.parent_id is not None
+        for attempt in range(_SETTLE_ATTEMPTS):
+            writes: list[dict[str, Any]] = []
+            row_condition, row_sets, row_values = condition, dict(sets), dict(values)
+            if job.charge_state == CHARGE_RESERVED and job.is_parent:
+                # Settle on the counters as they are now, and only if they are still so.
+                current = self.get(job.user_id, job.job_id)
+                if current is None or current.status.is_terminal or current.charge_state != CHARGE_RESERVED:
+                    raise TransitionConflict(f"job {job.job_id}: -> {status.value} lost its race")
+                used = current.child_price * current.children_succeeded
+                if status is JobStatus.SUCCEEDED:
+                    used += current.base_price
+                kept, back = split_allocation(current.charge_allocation, used)
+                row_condition = f"({condition}) AND charge_state = :reserved AND children_succeeded = :seen"
+                row_values |= {":reserved": CHARGE_RESERVED, ":seen": current.children_succeeded}
+                row_sets |= {
+                    "charge_state": CHARGE_SETTLED if used else CHARGE_REFUNDED,
+                    "charge_json": json.dumps(kept, sort_keys=True),
+                }
+                if back:
+                    writes = self.ledger.refund(job.user_id, job.job_id, back)
+            elif job.charge_state == CHARGE_RESERVED and status is JobStatus.FAILED_FINAL:
+                row_condition = f"({condition}) AND charge_state = :reserved"
+                row_values[":reserved"] = CHARGE_RESERVED
+                row_sets["charge_state"] = CHARGE_REFUNDED
+                writes = self.ledger.refund(job.user_id, job.job_id, job.charge_allocation)
+            if count_on_parent:
+                writes.append(self._count_on_parent(job, status))
+            request = self._update_request(
+                job, status, now, condition=row_condition, sets=row_sets, values=row_values, remove=remove
+            )
+            if not writes:
+                updated = self._transition(
+                    job, status, now, condition=row_condition, sets=row_sets, values=row_values, remove=remove
+                )
+                assert updated is not None
+                return updated
             try:
-                writes: list[Any] = [{"Update": {"TableName": self.table_name, **request}}, *refund]
-                client.transact_write_items(TransactItems=writes)
+                client.transact_write_items(TransactItems=self._with_update(request, writes))
                 break
             except client.exceptions.TransactionCanceledException as error:
-                reasons = error.response.get("CancellationReasons", [])
-                if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                    raise TransitionConflict(f"job {job.job_id}: -> failed_final lost its race") from error
-                if attempt == _REFUND_ATTEMPTS - 1:
+                codes = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
+                if codes and codes[0] == "ConditionalCheckFailed" and not job.is_parent:
+                    raise TransitionConflict(f"job {job.job_id}: -> {status.value} lost its race") from error
+                if count_on_parent and codes and codes[-1] == "ConditionalCheckFailed":
+                    count_on_parent = False  # the parent row is gone (retention): finish the child alone
+                if attempt == _SETTLE_ATTEMPTS - 1:
+                    if codes and codes[0] == "ConditionalCheckFailed":
+                        raise TransitionConflict(
+                            f"job {job.job_id}: -> {status.value} lost its race"
+                        ) from error
                     raise  # a grant kept changing under the refund: let the caller retry later
         finished = self.get(job.user_id, job.job_id)
         assert finished is not None
         return finished
+
+    def _count_on_parent(self, child: Job, status: JobStatus) -> dict[str, Any]:
+        """The parent's counters, as a write of the child's final transaction."""
+        assert child.parent_id is not None
+        counter = "children_succeeded" if status is JobStatus.SUCCEEDED else "children_failed"
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {PK: user_pk(child.user_id), SK: job_sk(child.parent_id)},
+                "UpdateExpression": f"ADD children_done :one, {counter} :one",
+                "ConditionExpression": "attribute_exists(pk)",
+                "ExpressionAttributeValues": {":one": 1},
+            }
+        }
 
     def requeue(self, job: Job, *, now: datetime, allowed_from: Sequence[JobStatus]) -> Job:
         """Operator re-run: reset the attempt budget and set `queued` (the caller re-sends)."""
@@ -488,6 +545,276 @@ class JobStore:
             raise
         return True
 
+    # --- workflows: a parent and its children (aijobs.workflows) -------------------------------
+
+    def create_children(self, children: Sequence[Job]) -> int:
+        """Write child rows in transactions of up to 100, each row only if it is absent, so a
+        replayed split creates no duplicates and loses none. Returns how many rows were new."""
+        client = self._table.meta.client
+        created = 0
+        for start in range(0, len(children), CHILD_WRITE_BATCH):
+            pending = list(children[start : start + CHILD_WRITE_BATCH])
+            while pending:
+                writes = [
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": _to_item(child),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    }
+                    for child in pending
+                ]
+                try:
+                    client.transact_write_items(TransactItems=writes)  # type: ignore[arg-type]
+                except client.exceptions.TransactionCanceledException as error:
+                    reasons = error.response.get("CancellationReasons", [])
+                    existing = {i for i, r in enumerate(reasons) if r.get("Code") == "ConditionalCheckFailed"}
+                    if not existing:
+                        raise
+                    pending = [child for i, child in enumerate(pending) if i not in existing]
+                    continue
+                created += len(pending)
+                pending = []
+        return created
+
+    def fix_children(
+        self, job: Job, *, total: int, failures_allowed: int, now: datetime, lease: timedelta
+    ) -> Job:
+        """Record how many children the split makes, and settle the reservation to it: the parent
+        was charged an estimate at submit; the difference is refunded, or debited, now, once."""
+        if job.children_total is not None:
+            if job.children_total != total:
+                raise TransitionConflict(
+                    f"job {job.job_id}: the split made {total} parts, {job.children_total} before"
+                )
+            return job
+        sets: dict[str, Any] = {
+            "children_total": total,
+            "failures_allowed": failures_allowed,
+            "lease_expires_at": iso(now + lease),
+        }
+        writes: list[dict[str, Any]] = []
+        if job.charge_state == CHARGE_RESERVED:
+            price = job.base_price + job.child_price * total
+            allocation = dict(job.charge_allocation)
+            if price < job.price:
+                allocation, back = split_allocation(allocation, price)
+                writes = self.ledger.refund(job.user_id, job.job_id, back)
+            elif price > job.price:
+                # Raises PaymentRequiredError when the balance cannot cover the true size.
+                writes, extra = self.ledger.reserve(job.user_id, job.job_id, price - job.price)
+                for grant_id, amount in extra.items():
+                    allocation[grant_id] = allocation.get(grant_id, 0) + amount
+            sets |= {"price": price, "charge_json": json.dumps(allocation, sort_keys=True)}
+        request = self._update_request(
+            job, JobStatus.RUNNING, now,
+            condition=f"{_OWN_CLAIM} AND attribute_not_exists(children_total)",
+            sets=sets, values=_claim_values(job),
+        )  # fmt: skip
+        if not writes:
+            return self._apply(job, request)
+        client = self._table.meta.client
+        try:
+            client.transact_write_items(TransactItems=self._with_update(request, writes))
+        except client.exceptions.TransactionCanceledException as error:
+            reasons = error.response.get("CancellationReasons", [])
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                raise TransitionConflict(f"job {job.job_id}: split lost its claim") from error
+            raise
+        fixed = self.get(job.user_id, job.job_id)
+        assert fixed is not None
+        return fixed
+
+    def checkpoint_split(self, job: Job, *, done: int, now: datetime, lease: timedelta) -> Job:
+        """Children [0, done) have rows and messages: a resumed split starts at `done`. Renews the lease."""
+        updated = self._transition(
+            job, JobStatus.RUNNING, now, condition=_OWN_CLAIM,
+            sets={"children_split": done, "lease_expires_at": iso(now + lease)}, values=_claim_values(job),
+        )  # fmt: skip
+        assert updated is not None
+        return updated
+
+    def park_parent(self, job: Job, *, now: datetime, hold: timedelta) -> Job:
+        """The split is done: the parent waits for its children (`running`, no claim held). The
+        last child moves it on; `hold` is when the sweeper looks at it again if nobody did."""
+        updated = self._transition(
+            job,
+            JobStatus.RUNNING,
+            now,
+            condition=_OWN_CLAIM,
+            sets={
+                "phase": PHASE_CHILDREN,
+                "awaiting_provider": True,
+                "recheck_id": uuid.uuid4().hex,
+                "lease_expires_at": iso(now + hold),
+                "claim_id": None,
+            },
+            values=_claim_values(job),
+        )
+        assert updated is not None
+        return updated
+
+    def parent_ready(self, user_id: str, parent_id: str, *, now: datetime, hold: timedelta) -> Job | None:
+        """Move a waiting parent to its merge step, if its last child has finished or more children
+        failed than its policy allows. One conditional update: of any number of callers (the last
+        two children finishing at once, a sweeper re-check), exactly one gets the row back and
+        sends the merge message, which carries the row's new `recheck_id`."""
+        try:
+            response = self._table.update_item(
+                Key={PK: user_pk(user_id), SK: job_sk(parent_id)},
+                UpdateExpression="SET phase = :merge, awaiting_provider = :true, recheck_id = :check, "
+                "lease_expires_at = :hold, attempts = :zero REMOVE claim_id",
+                ConditionExpression="#status = :running AND phase = :children AND "
+                "(children_done >= children_total OR children_failed > failures_allowed)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":merge": PHASE_MERGE,
+                    ":children": PHASE_CHILDREN,
+                    ":running": JobStatus.RUNNING.value,
+                    ":true": True,
+                    ":check": uuid.uuid4().hex,
+                    ":hold": iso(now + hold),
+                    ":zero": 0,
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+        return _from_item(response["Attributes"])
+
+    def list_children(
+        self,
+        user_id: str,
+        parent_id: str,
+        *,
+        status: JobStatus | None = None,
+        limit: int | None = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """A parent's children in index order (one status, or all); `limit=None` reads them all."""
+        if status is not None:
+            query: dict[str, Any] = {
+                "IndexName": "by_user_status",
+                "KeyConditionExpression": "gsi1pk = :pk",
+                "ExpressionAttributeValues": {":pk": parent_status_pk(user_id, parent_id, status.value)},
+            }
+        else:
+            query = {
+                "KeyConditionExpression": "pk = :pk AND begins_with(sk, :children)",
+                "ExpressionAttributeValues": {
+                    ":pk": user_pk(user_id),
+                    ":children": children_sk_prefix(parent_id),
+                },
+                "ConsistentRead": True,
+            }
+        if cursor:
+            query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id)
+        jobs: list[Job] = []
+        while True:
+            if limit is not None:
+                query["Limit"] = limit - len(jobs)
+            response = self._table.query(**query)
+            jobs.extend(_from_item(item) for item in response["Items"])
+            last_key = response.get("LastEvaluatedKey")
+            if last_key is None or (limit is not None and len(jobs) >= limit):
+                break
+            query["ExclusiveStartKey"] = last_key
+        if status is not None:
+            jobs.sort(key=lambda job: job.part or 0)
+        return Page(jobs=jobs, cursor=_encode_cursor(last_key) if last_key else None)
+
+    def requeue_child(self, child: Job, *, now: datetime, parent_must_wait: bool) -> Job:
+        """Operator re-run of a `failed_final` child: `queued` again, and no longer counted as
+        failed on its parent (the same transaction), so its new outcome is counted once.
+
+        `parent_must_wait`: only while the parent still waits for children (a single child re-run);
+        a parent re-run reopens the parent itself afterwards.
+        """
+        assert child.parent_id is not None
+        request = self._update_request(
+            child, JobStatus.QUEUED, now,
+            condition="#status = :final",
+            sets={
+                "attempts": 0, "dead_lettered": False, "awaiting_provider": False, "provider_checks": 0,
+                "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
+            },
+            values={":final": JobStatus.FAILED_FINAL.value},
+            remove=("lease_expires_at", "finished_at", "provider_handle", "started_at", "recheck_id",
+                    "next_attempt_at", "result_json", "result_ref"),
+        )  # fmt: skip
+        parent_condition = "attribute_exists(pk)"
+        parent_values: dict[str, Any] = {":minus": -1}
+        names: dict[str, str] = {}
+        if parent_must_wait:
+            parent_condition = "#status = :running AND phase = :children"
+            parent_values |= {":running": JobStatus.RUNNING.value, ":children": PHASE_CHILDREN}
+            names = {"#status": "status"}
+        parent_update: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {PK: user_pk(child.user_id), SK: job_sk(child.parent_id)},
+            "UpdateExpression": "ADD children_done :minus, children_failed :minus",
+            "ConditionExpression": parent_condition,
+            "ExpressionAttributeValues": parent_values,
+        }
+        if names:
+            parent_update["ExpressionAttributeNames"] = names
+        client = self._table.meta.client
+        try:
+            client.transact_write_items(TransactItems=self._with_update(request, [{"Update": parent_update}]))
+        except client.exceptions.TransactionCanceledException as error:
+            codes = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
+            if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+                raise TransitionConflict(
+                    f"job {child.job_id}: its parent {child.parent_id} is not waiting for children; "
+                    "re-run the parent (it re-runs its failed children)"
+                ) from error
+            raise TransitionConflict(f"job {child.job_id}: not failed_final any more") from error
+        requeued = self.get(child.user_id, child.job_id)
+        assert requeued is not None
+        return requeued
+
+    def reopen_parent(
+        self, job: Job, *, now: datetime, phase: str, hold: timedelta, allowed_from: Sequence[JobStatus]
+    ) -> Job:
+        """Operator re-run of a parent: `running` again in `phase` (waiting for re-run children, or
+        straight to its merge), with a fresh attempt budget. Credits are not charged again."""
+        values = {f":from{i}": status.value for i, status in enumerate(allowed_from)}
+        updated = self._transition(
+            job,
+            JobStatus.RUNNING,
+            now,
+            condition=f"#status IN ({', '.join(values)})",
+            sets={
+                "phase": phase,
+                "attempts": 0,
+                "dead_lettered": False,
+                "awaiting_provider": True,
+                "recheck_id": uuid.uuid4().hex,
+                "lease_expires_at": iso(now + hold),
+                "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
+            },
+            values=values,
+            remove=("finished_at", "claim_id", "next_attempt_at"),
+        )
+        assert updated is not None
+        return updated
+
+    def _with_update(self, request: dict[str, Any], writes: Sequence[dict[str, Any]]) -> list[Any]:
+        """A transaction's items: the row's update (from `_update_request`) first, then `writes`."""
+        return [{"Update": {"TableName": self.table_name, **request}}, *writes]
+
+    def _apply(self, job: Job, request: dict[str, Any]) -> Job:
+        try:
+            response = self._table.update_item(**request, ReturnValues="ALL_NEW")
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise TransitionConflict(f"job {job.job_id}: update lost its race") from error
+            raise
+        return _from_item(response["Attributes"])
+
     def _transition(
         self,
         job: Job,
@@ -537,7 +864,7 @@ class JobStore:
         expression_values: dict[str, Any] = {
             ":status": status.value,
             ":now_ts": iso(now),
-            ":gsi1pk": user_status_pk(job.user_id, status.value),
+            ":gsi1pk": _gsi1pk(job, status),
             ":gsi2pk": kind_status_pk(job.kind, status.value),
             ":gsi2sk": f"{iso(now)}#{job.job_id}",
             **values,
@@ -578,6 +905,27 @@ class JobStore:
 _OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
 
 
+def _gsi1pk(job: Job, status: JobStatus) -> str:
+    """A job's `by_user_status` partition: the owner's, or for a child its parent's children."""
+    if job.parent_id is not None:
+        return parent_status_pk(job.user_id, job.parent_id, status.value)
+    return user_status_pk(job.user_id, status.value)
+
+
+def split_allocation(allocation: dict[str, int], keep: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Split a reservation into (`keep` credits that stay charged, the rest to give back)."""
+    kept: dict[str, int] = {}
+    back: dict[str, int] = {}
+    for grant_id, amount in sorted(allocation.items()):
+        take = min(amount, keep)
+        keep -= take
+        if take:
+            kept[grant_id] = take
+        if amount - take:
+            back[grant_id] = amount - take
+    return kept, back
+
+
 def _claim_values(job: Job) -> dict[str, Any]:
     return {":running": JobStatus.RUNNING.value, ":claim_id": job.claim_id}
 
@@ -591,7 +939,7 @@ def _to_item(job: Job) -> dict[str, Any]:
     item: dict[str, Any] = {
         PK: user_pk(job.user_id),
         SK: job_sk(job.job_id),
-        "gsi1pk": user_status_pk(job.user_id, job.status.value),
+        "gsi1pk": _gsi1pk(job, job.status),
         "gsi1sk": job_sk(job.job_id),
         "gsi2pk": kind_status_pk(job.kind, job.status.value),
         "gsi2sk": f"{iso(job.updated_at)}#{job.job_id}",
@@ -620,6 +968,19 @@ def _to_item(job: Job) -> dict[str, Any]:
         item["price"] = job.price
         item["charge_state"] = job.charge_state or CHARGE_RESERVED
         item["charge_json"] = json.dumps(job.charge_allocation, sort_keys=True)
+    if job.parent_id is not None:
+        item["parentId"] = job.parent_id
+        item["part"] = job.part
+    if job.phase is not None:
+        item |= {
+            "phase": job.phase,
+            "children_split": 0,
+            "children_done": 0,
+            "children_succeeded": 0,
+            "children_failed": 0,
+            "base_price": job.base_price,
+            "child_price": job.child_price,
+        }
     return item
 
 
@@ -660,6 +1021,17 @@ def _from_item(item: dict[str, Any]) -> Job:
         price=int(item.get("price", 0)),
         charge_state=item.get("charge_state"),
         charge_allocation=json.loads(item.get("charge_json", "{}")),
+        parent_id=item.get("parentId"),
+        part=int(item["part"]) if "part" in item else None,
+        phase=item.get("phase"),
+        children_total=int(item["children_total"]) if "children_total" in item else None,
+        children_split=int(item.get("children_split", 0)),
+        children_done=int(item.get("children_done", 0)),
+        children_succeeded=int(item.get("children_succeeded", 0)),
+        children_failed=int(item.get("children_failed", 0)),
+        failures_allowed=int(item.get("failures_allowed", 0)),
+        base_price=int(item.get("base_price", 0)),
+        child_price=int(item.get("child_price", 0)),
     )
 
 

@@ -38,12 +38,37 @@ def user_pk(user_id: str) -> str:
     return f"USER#{user_id}"
 
 
+# A workflow child's id is its parent's id, a dot and its zero-padded index: derived, so a
+# replayed split writes the same rows again instead of new ones, and children sort by index.
+CHILD_INDEX_DIGITS = 5
+MAX_CHILDREN = 10_000
+
+
+def child_job_id(parent_id: str, index: int) -> str:
+    return f"{parent_id}.{index:0{CHILD_INDEX_DIGITS}d}"
+
+
+def is_child_id(job_id: str) -> bool:
+    return "." in job_id
+
+
 def job_sk(job_id: str) -> str:
-    return f"JOB#{job_id}"
+    """`JOB#<id>`; a workflow child lives under `CHILD#<parentId>.<index>`, next to its siblings and
+    outside the owner's job list (which reads `JOB#` only)."""
+    return f"CHILD#{job_id}" if is_child_id(job_id) else f"JOB#{job_id}"
+
+
+def children_sk_prefix(parent_id: str) -> str:
+    return f"CHILD#{parent_id}."
 
 
 def user_status_pk(user_id: str, status: str) -> str:
     return f"USER#{user_id}#STATUS#{status}"
+
+
+def parent_status_pk(user_id: str, parent_id: str, status: str) -> str:
+    """The `by_user_status` partition of a parent's children of one status (re-run failed children)."""
+    return f"USER#{user_id}#PARENT#{parent_id}#STATUS#{status}"
 
 
 def kind_status_pk(kind: str, status: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ RESULTS_PREFIX = "results/"
 # Results up to this size are also kept on the row, so a status poll returns them directly.
 INLINE_RESULT_BYTES = 4096
 PRESIGNED_URL_SECONDS = 900
+# Multipart parts of a streamed result (S3's minimum part size is 5 MiB).
+STREAM_PART_BYTES = 8 * 1024 * 1024
 _INPUT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 # What a client may upload as a job input (`POST /uploads`), by content type, with its size cap.
@@ -91,6 +94,15 @@ def result_prefix(job_id: str, step: str) -> str:
     return f"{RESULTS_PREFIX}{job_id}/{step}/"
 
 
+def part_prefix(parent_id: str) -> str:
+    return f"{RESULTS_PREFIX}{parent_id}/parts/"
+
+
+def is_part_ref(input_ref: str) -> bool:
+    """Whether an `inputRef` names a workflow part (JSON written by a split), not an upload."""
+    return input_ref.startswith(RESULTS_PREFIX) and "/parts/" in input_ref
+
+
 def input_ref_is_owned(input_ref: str, user_id: str) -> bool:
     """An input reference must be a plain object name under the caller's own `inputs/<userId>/`."""
     prefix = f"{INPUTS_PREFIX}{user_id}/"
@@ -102,7 +114,14 @@ class ResultStore:
         self._s3 = s3
         self._bucket = bucket
 
-    def write(self, job_id: str, step: str, output: Any, artifacts: tuple[Artifact, ...]) -> tuple[str, Any]:
+    def write(
+        self,
+        job_id: str,
+        step: str,
+        output: Any,
+        artifacts: tuple[Artifact, ...],
+        stored: tuple[str, ...] = (),
+    ) -> tuple[str, Any]:
         """Write the output JSON and artifacts; returns (result_ref, the output if small enough to inline).
 
         Keys are fixed by job id and step: a replayed step overwrites the same objects.
@@ -115,13 +134,63 @@ class ResultStore:
                 Body=artifact.data,
                 ContentType=artifact.content_type,
             )
-        document = {"output": output, "artifacts": [prefix + artifact.name for artifact in artifacts]}
+        document = {
+            "output": output,
+            "artifacts": [*stored, *(prefix + artifact.name for artifact in artifacts)],
+        }
         body = json.dumps(document).encode()
         self._s3.put_object(
             Bucket=self._bucket, Key=prefix + "result.json", Body=body, ContentType="application/json"
         )
         inline = document if len(body) <= INLINE_RESULT_BYTES else None
         return prefix + "result.json", inline
+
+    def read_json(self, key: str) -> Any:
+        """A JSON document the project wrote itself (a result, a workflow part)."""
+        return json.loads(self.read_input(key))
+
+    def write_part(self, parent_id: str, index: int, value: Any) -> str:
+        """A workflow part too large for its child's row, as `results/<parentId>/parts/<index>.json`.
+        The key is fixed by parent and index, so a replayed split overwrites the same object."""
+        key = f"{part_prefix(parent_id)}{index:05d}.json"
+        self._s3.put_object(
+            Bucket=self._bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json"
+        )
+        return key
+
+    def write_stream(self, key: str, chunks: Iterable[bytes], content_type: str) -> int:
+        """Write a large object from chunks without holding it in memory (multipart upload in
+        parts of `STREAM_PART_BYTES`); returns its size. A failure aborts the upload."""
+        buffer = bytearray()
+        size = 0
+        upload = self._s3.create_multipart_upload(Bucket=self._bucket, Key=key, ContentType=content_type)
+        upload_id = upload["UploadId"]
+        parts: list[dict[str, Any]] = []
+        try:
+            for chunk in chunks:
+                buffer += chunk
+                size += len(chunk)
+                if len(buffer) >= STREAM_PART_BYTES:
+                    parts.append(self._upload_part(key, upload_id, len(parts) + 1, bytes(buffer)))
+                    buffer.clear()
+            if buffer or not parts:
+                parts.append(self._upload_part(key, upload_id, len(parts) + 1, bytes(buffer)))
+            self._s3.complete_multipart_upload(
+                Bucket=self._bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
+            )
+        except BaseException:
+            self._s3.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
+            raise
+        return size
+
+    def _upload_part(self, key: str, upload_id: str, number: int, body: bytes) -> dict[str, Any]:
+        response = self._s3.upload_part(
+            Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+        )
+        return {"ETag": response["ETag"], "PartNumber": number}
 
     def read_input(self, input_ref: str) -> bytes:
         return self._s3.get_object(Bucket=self._bucket, Key=input_ref)["Body"].read()

@@ -1,0 +1,762 @@
+"""Workflows (issue 10): parent jobs split into child jobs, fanned in exactly once, with credits
+exact through success, partial failure, cancel and operator re-runs. Every test drives the real
+handlers (API, consumers, DLQ consumer, sweeper) on moto."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from aijobs import aws, runtime
+from aijobs.domain import Job, JobStatus
+from aijobs.errors import InvalidInputError
+from aijobs.operator import Operator
+from aijobs.providers.base import ProviderRequest
+from aijobs.queues import JobQueues
+from aijobs.scheduled.context import CronRun
+from aijobs.scheduled.sweeper import run_sweeper
+from aijobs.settings import CronSettings, DlqSettings
+from aijobs.store.keys import child_job_id
+from aijobs.workflows import fanin
+from aijobs_cli.esm import LambdaContext
+from tests.integration.harness import Stage, load_event
+
+pytestmark = pytest.mark.integration
+
+KINDS = "summary;embedding;image-generate;report;embedding-batch;image-batch"
+PRICES = "summary:2;embedding:1;image-generate:5;report:3;embedding-batch:1;image-batch:0"
+PARENT_KINDS = ("report", "embedding-batch", "image-batch")
+
+
+@pytest.fixture
+def stage_values() -> dict[str, str]:
+    return {
+        "QUEUE_NAMES": KINDS,
+        "CRONS": "*/5 * * * *",
+        "KIND_PRICES": PRICES,
+        "RETRY_BASE_DELAY_SECONDS": "0",
+        "THROTTLE_DELAY_SECONDS": "0",
+        "PROVIDER_RECHECK_SECONDS": "0",
+        "PROVIDER": "local",
+    }
+
+
+Call = Callable[..., tuple[int, Any]]
+
+
+@pytest.fixture
+def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
+    for key, value in stage.resources.api_env().items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    runtime.api_service().clock = stage.clock
+    from api import handler
+
+    stage.directory.ensure_user("alice")
+    key = stage.directory.create_api_key("alice")
+    stage.store_for("alice").ledger.grant("alice", 10_000, datetime.now(UTC) + timedelta(days=30))
+
+    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        event = load_event("api-post-jobs.json")
+        event["headers"]["authorization"] = f"Bearer {key}"
+        event["headers"].pop("idempotency-key", None)
+        event["requestContext"]["http"]["method"] = method
+        event["rawPath"] = event["requestContext"]["http"]["path"] = path
+        event["rawQueryString"] = ""
+        event.pop("queryStringParameters", None)
+        if "?" in path:
+            raw_path, query = path.split("?", 1)
+            event["rawPath"] = event["requestContext"]["http"]["path"] = raw_path
+            event["rawQueryString"] = query
+            event["queryStringParameters"] = dict(part.split("=", 1) for part in query.split("&"))
+        event["body"] = json.dumps(body) if body is not None else None
+        event["isBase64Encoded"] = False
+        response = handler.handler(event, LambdaContext("api"))
+        return response["statusCode"], json.loads(response["body"])
+
+    yield call
+    runtime.reset_runtime()
+
+
+def run_until_idle(stage: Stage, rounds: int = 60) -> int:
+    """Poll every queue like the event-source mappings until no queue delivers anything."""
+    mappings = {kind: stage.mapping(kind, batch_size=10) for kind in stage.kinds}
+    total = 0
+    for _ in range(rounds):
+        received = sum(mapping.poll_once().received for mapping in mappings.values())
+        total += received
+        if received == 0:
+            return total
+    raise AssertionError("queues never went idle")
+
+
+def balance(stage: Stage) -> int:
+    return stage.store_for("alice").ledger.account("alice").balance
+
+
+def ledger_holds(stage: Stage) -> None:
+    """balance == grants - debits + refunds - expired (the ledger invariant), never negative."""
+    ledger = stage.store_for("alice").ledger
+    account = ledger.account("alice")
+    totals = dict(account.archived)
+    for tx in ledger.transactions("alice"):
+        totals[tx.type] += tx.amount
+    assert account.balance == totals["grant"] - totals["debit"] + totals["refund"] - totals["expire"]
+    assert account.balance >= 0
+
+
+def net_charge(stage: Stage, job_id: str) -> int:
+    """What a job cost its owner: its debits minus its refunds."""
+    charged = 0
+    for tx in stage.store_for("alice").ledger.transactions("alice"):
+        if tx.job_id == job_id:
+            charged += tx.amount if tx.type == "debit" else -tx.amount if tx.type == "refund" else 0
+    return charged
+
+
+def submit(api: Call, body: dict[str, Any]) -> str:
+    status, answer = api("POST", "/jobs", body)
+    assert status == 202, answer
+    return str(answer["jobId"])
+
+
+def parent(stage: Stage, job_id: str) -> Job:
+    return stage.job_by_id("alice", job_id)
+
+
+def children(stage: Stage, job_id: str) -> list[Job]:
+    return stage.store_for("alice").list_children("alice", job_id, limit=None).jobs
+
+
+def queue_depth(stage: Stage, kind: str) -> int:
+    attributes = stage.sqs.get_queue_attributes(
+        QueueUrl=stage.resources.queue_urls[kind],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def poll(stage: Stage, kind: str, *, max_messages: int = 10) -> int:
+    return stage.mapping(kind, batch_size=max_messages).poll_once().received
+
+
+def sweep(stage: Stage) -> dict[str, Any]:
+    ctx = runtime.build_cron_context(CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock)
+    return run_sweeper(CronRun("*/5 * * * *", "2026-11-29T09:10:00Z"), ctx)
+
+
+REPORT_TEXT = "\n\n".join(
+    f"Paragraph {i} opens here. It says something about topic {i}. It ends with a third sentence."
+    for i in range(40)
+)
+
+
+# --- the shipped workflows, end to end ----------------------------------------------------------
+
+
+def test_report_summarizes_every_chunk_then_the_summaries(stage: Stage, api: Call) -> None:
+    before = balance(stage)
+    job_id = submit(api, {"kind": "report", "input": REPORT_TEXT, "options": {"chunkChars": 600}})
+    status, view = api("GET", f"/jobs/{job_id}")
+    assert view["phase"] == "split"
+    assert view["progress"]["total"] == 0
+    run_until_idle(stage)
+
+    status, view = api("GET", f"/jobs/{job_id}")
+    assert status == 200, view
+    assert view["status"] == "succeeded", view
+    total = view["progress"]["total"]
+    assert total > 3
+    assert view["progress"] == {"total": total, "succeeded": total, "failedFinal": 0, "pending": 0}
+    result = (
+        view["result"]
+        or json.loads(
+            boto3.client("s3").get_object(Bucket=stage.resources.bucket, Key=view["resultRef"])["Body"].read()
+        )["output"]
+    )
+    assert [part["index"] for part in result["parts"]] == list(range(total))
+    assert result["missingParts"] == []
+    assert result["summary"]  # the final summary over the chunk summaries
+    # Every chunk is a child: on paragraph boundaries, at most chunkChars long, all text covered.
+    kids = children(stage, job_id)
+    assert [kid.part for kid in kids] == list(range(total))
+    assert all(kid.status is JobStatus.SUCCEEDED and kid.parent_id == job_id for kid in kids)
+    assert all(isinstance(kid.input, str) and len(kid.input) <= 600 for kid in kids)
+    assert " ".join(str(kid.input) for kid in kids).split() == REPORT_TEXT.split()
+    assert all(str(kid.input).startswith("Paragraph ") for kid in kids)
+    # The merge ran once (one provider call on the parent's id), each chunk once.
+    assert stage.provider.calls[job_id] == 1
+    assert all(stage.provider.calls[kid.job_id] == 1 for kid in kids)
+    # Credits: report 3 + summary 2 per chunk, exactly.
+    assert net_charge(stage, job_id) == 3 + 2 * total
+    assert before - balance(stage) == 3 + 2 * total
+    ledger_holds(stage)
+
+
+def test_report_from_an_uploaded_document_with_large_parts(stage: Stage, api: Call) -> None:
+    """A multi-page upload: the price is estimated from its size at submit and settled to the true
+    chunk count at the split; parts too large for a row are stored in S3 and read by the child."""
+    pages = "\n\n".join(
+        " ".join(f"Page {page} sentence {n} talks about subject {page * 7 + n}." for n in range(120))
+        for page in range(12)
+    )
+    ref = "inputs/alice/long-report.txt"
+    boto3.client("s3").put_object(
+        Bucket=stage.resources.bucket, Key=ref, Body=pages.encode(), ContentType="text/plain"
+    )
+    before = balance(stage)
+    job_id = submit(api, {"kind": "report", "inputRef": ref, "options": {"chunkChars": 12000}})
+    estimate = -(-len(pages.encode()) // 12000)
+    assert before - balance(stage) == 3 + 2 * estimate
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert done.status is JobStatus.SUCCEEDED, done.last_error_message
+    total = done.children_total or 0
+    kids = children(stage, job_id)
+    assert any(kid.input_ref and "/parts/" in kid.input_ref for kid in kids)
+    assert all(kid.status is JobStatus.SUCCEEDED for kid in kids)
+    assert net_charge(stage, job_id) == 3 + 2 * total
+    ledger_holds(stage)
+
+
+def test_embedding_batch_writes_one_jsonl_object_with_ids_in_order(stage: Stage, api: Call) -> None:
+    lines = [
+        json.dumps({"id": f"doc-{n}", "text": f"document number {n} about thing {n % 7}"}) for n in range(230)
+    ]
+    ref = "inputs/alice/docs.jsonl"
+    boto3.client("s3").put_object(
+        Bucket=stage.resources.bucket,
+        Key=ref,
+        Body="\n".join(lines).encode(),
+        ContentType="application/x-ndjson",
+    )
+    job_id = submit(
+        api, {"kind": "embedding-batch", "inputRef": ref, "options": {"pageSize": 25, "dimensions": 16}}
+    )
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert done.status is JobStatus.SUCCEEDED, done.last_error_message
+    assert done.children_total == 10  # 230 documents in pages of 25
+    output = done.result["output"] if done.result else None
+    assert output is not None
+    assert output["count"] == 230
+    assert output["dimensions"] == 16
+    body = boto3.client("s3").get_object(Bucket=stage.resources.bucket, Key=output["object"])["Body"].read()
+    rows = [json.loads(line) for line in body.decode().splitlines()]
+    assert [row["id"] for row in rows] == [f"doc-{n}" for n in range(230)]
+    assert all(len(row["embedding"]) == 16 for row in rows)
+    # The vector of a document is the one its text gets on its own (pages keep the order).
+    single = stage.provider.run(
+        ProviderRequest(
+            job_id="x", kind="embedding", input="document number 42 about thing 0", options={"dimensions": 16}
+        )
+    )
+    assert rows[42]["embedding"] == single.output["vector"]
+    _, view = api("GET", f"/jobs/{job_id}")
+    assert output["object"] in [artifact["key"] for artifact in view["artifacts"]]
+    assert net_charge(stage, job_id) == 1 + 1 * 10
+
+
+def test_image_batch_makes_a_manifest_of_artifacts(stage: Stage, api: Call) -> None:
+    prompts = [f"a small red square number {n}" for n in range(6)]
+    job_id = submit(
+        api, {"kind": "image-batch", "input": {"prompts": prompts}, "options": {"width": 16, "height": 16}}
+    )
+    run_until_idle(stage)
+    _, view = api("GET", f"/jobs/{job_id}")
+    assert view["status"] == "succeeded"
+    images = view["result"]["images"]
+    assert [image["index"] for image in images] == list(range(6))
+    s3 = boto3.client("s3")
+    for image in images:
+        (key,) = image["artifacts"]
+        assert s3.get_object(Bucket=stage.resources.bucket, Key=key)["Body"].read().startswith(b"\x89PNG")
+    assert net_charge(stage, job_id) == 0 + 5 * 6
+
+
+# --- the parent row, children endpoint ----------------------------------------------------------
+
+
+def test_progress_and_children_pages(stage: Stage, api: Call) -> None:
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"p {n}" for n in range(5)]}})
+    assert poll(stage, "image-batch") == 1  # the split
+    _, view = api("GET", f"/jobs/{job_id}")
+    assert view["status"] == "running"
+    assert view["phase"] == "children"
+    assert view["progress"] == {"total": 5, "succeeded": 0, "failedFinal": 0, "pending": 5}
+    assert poll(stage, "image-generate", max_messages=2) == 2
+    _, view = api("GET", f"/jobs/{job_id}")
+    assert view["progress"] == {"total": 5, "succeeded": 2, "failedFinal": 0, "pending": 3}
+
+    seen: list[dict[str, Any]] = []
+    path = f"/jobs/{job_id}/children?limit=2"
+    while True:
+        status, page = api("GET", path)
+        assert status == 200, page
+        seen.extend(page["jobs"])
+        if not page["nextCursor"]:
+            break
+        path = f"/jobs/{job_id}/children?limit=2&cursor={page['nextCursor']}"
+    assert [kid["part"] for kid in seen] == [0, 1, 2, 3, 4]
+    assert [kid["jobId"] for kid in seen] == [child_job_id(job_id, n) for n in range(5)]
+    assert all(kid["parentId"] == job_id and kid["links"]["parent"] == f"/jobs/{job_id}" for kid in seen)
+    assert [kid["status"] for kid in seen[:2]] == ["succeeded", "succeeded"]
+    status, one = api("GET", f"/jobs/{child_job_id(job_id, 3)}")
+    assert status == 200
+    assert one["kind"] == "image-generate"
+    assert one["part"] == 3
+    # Children stay out of the owner's job list; a plain job has no children.
+    _, listing = api("GET", "/jobs")
+    assert [job["jobId"] for job in listing["jobs"]] == [job_id]
+    plain = submit(api, {"kind": "summary", "input": "Just one job. Nothing more."})
+    status, _answer = api("GET", f"/jobs/{plain}/children")
+    assert status == 404
+
+
+def test_children_of_another_tenant_are_not_found(stage: Stage, api: Call) -> None:
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": ["one", "two"]}})
+    stage.directory.ensure_user("mallory")
+    store = stage.store_for("alice")
+    assert store.get("mallory", job_id) is None
+    status, _ = api("GET", "/jobs/01AAAAAAAAAAAAAAAAAAAAAAAA/children")
+    assert status == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"kind": "report", "input": "text", "options": {"chunkChars": 10}}, 422, "invalid_options"),
+        ({"kind": "report", "input": "text", "options": {"maxFailedShare": 2}}, 422, "invalid_options"),
+        ({"kind": "image-batch", "input": {"prompts": []}}, 422, "invalid_input"),
+        ({"kind": "image-batch", "input": {"prompts": ["ok", 3]}}, 422, "invalid_input"),
+        ({"kind": "embedding-batch", "input": {"texts": ["a", " "]}}, 422, "invalid_input"),
+    ],
+)
+def test_workflow_submissions_are_checked_before_anything_is_written(
+    stage: Stage, api: Call, body: dict[str, Any], status: int, code: str
+) -> None:
+    before = balance(stage)
+    got, answer = api("POST", "/jobs", body)
+    assert got == status, answer
+    assert answer["code"] == code
+    assert balance(stage) == before
+    _, listing = api("GET", "/jobs")
+    assert listing["jobs"] == []
+
+
+def test_too_many_parts_and_unaffordable_workflows_are_refused(stage: Stage, api: Call) -> None:
+    runtime.api_service().max_inline_input_bytes = 262_144  # the largest inline input a stage allows
+    many = {"kind": "embedding-batch", "input": {"texts": ["a"] * 10_001}, "options": {"pageSize": 1}}
+    status, answer = api("POST", "/jobs", many)
+    assert (status, answer["code"]) == (422, "too_many_parts"), answer
+    assert answer["details"] == {"parts": 10_001, "limit": 10_000}
+    # 2,001 images at 5 credits each are more than the 10,000 granted.
+    status, answer = api(
+        "POST", "/jobs", {"kind": "image-batch", "input": {"prompts": [str(n) for n in range(2001)]}}
+    )
+    assert (status, answer["code"]) == (402, "insufficient_credits"), answer
+
+
+def test_an_upload_that_splits_into_too_many_parts_fails_and_is_refunded(stage: Stage, api: Call) -> None:
+    ref = "inputs/alice/prompts.txt"
+    body = "\n".join(f"p{n}" for n in range(10_001)).encode()
+    boto3.client("s3").put_object(Bucket=stage.resources.bucket, Key=ref, Body=body, ContentType="text/plain")
+    before = balance(stage)
+    job_id = submit(api, {"kind": "image-batch", "inputRef": ref})
+    assert balance(stage) < before  # an estimate from the size was reserved
+    poll(stage, "image-batch")
+    failed = parent(stage, job_id)
+    assert (failed.status, failed.last_error_class) == (JobStatus.FAILED_FINAL, "input_too_large")
+    assert children(stage, job_id) == []
+    assert queue_depth(stage, "image-generate") == 0
+    assert balance(stage) == before
+    assert net_charge(stage, job_id) == 0
+    ledger_holds(stage)
+
+
+# --- fan-out at scale ---------------------------------------------------------------------------
+
+
+class CallCounter:
+    """AWS calls by operation, counted from botocore's events on the functions' own clients."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        aws.sqs().meta.events.register("before-call.sqs.*", self._count)
+        aws.dynamodb().meta.client.meta.events.register("before-call.dynamodb.*", self._count)
+        aws.s3().meta.events.register("before-call.s3.*", self._count)
+
+    def _count(self, model: Any, **_: Any) -> None:
+        self.calls[model.name] = self.calls.get(model.name, 0) + 1
+
+
+def test_a_thousand_children_fan_out_in_batched_writes(stage: Stage, api: Call) -> None:
+    runtime.api_service().max_inline_input_bytes = 262_144
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"p{n}" for n in range(1000)]}})
+    stage.consumer("image-batch")  # built before counting: cold-start reads are not the split's
+    counter = CallCounter()
+    assert poll(stage, "image-batch") == 1
+    assert parent(stage, job_id).phase == "children"
+    # 1,000 rows in transactions of 100, messages ten per SendMessageBatch, a checkpoint per 100.
+    assert counter.calls.get("TransactWriteItems", 0) == 10
+    assert counter.calls.get("SendMessageBatch", 0) == 100
+    assert counter.calls.get("PutItem", 0) == 0
+    assert counter.calls.get("SendMessage", 0) == 0
+    # The claim, fixing the count, a checkpoint per 100, parking, and the try to move it on.
+    assert counter.calls.get("UpdateItem", 0) == 1 + 1 + 10 + 1 + 1
+    kids = children(stage, job_id)
+    assert [kid.part for kid in kids] == list(range(1000))
+    assert queue_depth(stage, "image-generate") == 1000
+
+
+def test_a_split_that_fails_half_way_resumes_without_duplicates_or_losses(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime.api_service().max_inline_input_bytes = 262_144
+    prompts = [f"p{n}" for n in range(350)]
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": prompts}})
+    real_send = JobQueues.send_batch
+    sent: list[int] = []
+
+    def flaky(self: JobQueues, messages: Any, *, kind: str) -> int:
+        sent.append(len(messages))
+        if len(sent) == 3:  # the third chunk of 100: its rows are written, its messages are not
+            raise ConnectionError("network blip")
+        return real_send(self, messages, kind=kind)
+
+    monkeypatch.setattr(JobQueues, "send_batch", flaky)
+    poll(stage, "image-batch")
+    halfway = parent(stage, job_id)
+    assert halfway.status is JobStatus.FAILED_RETRYABLE
+    assert halfway.last_error_class == "internal"
+    assert halfway.children_split == 200
+    assert halfway.children_total == 350
+    assert len(children(stage, job_id)) == 300  # rows of the failed chunk exist already
+
+    poll(stage, "image-batch")  # the retry resumes at the checkpoint
+    done = parent(stage, job_id)
+    assert done.phase == "children"
+    assert done.children_split == 350
+    kids = children(stage, job_id)
+    assert [kid.part for kid in kids] == list(range(350))
+    assert [kid.input for kid in kids] == prompts
+    # Every child has its message, and none has two (the failed chunk was sent once, on resume).
+    bodies: list[str] = []
+    while True:
+        batch = stage.receive(stage.resources.queue_urls["image-generate"])
+        if not batch:
+            break
+        bodies += [json.loads(message["Body"])["jobId"] for message in batch]
+    assert sorted(bodies) == [kid.job_id for kid in kids]
+
+
+def test_a_long_split_continues_in_a_fresh_invocation(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aijobs.workflows import runner
+
+    monkeypatch.setattr(runner, "SPLIT_SLICE", 100)
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"p{n}" for n in range(250)]}})
+    poll(stage, "image-batch")
+    first = parent(stage, job_id)
+    assert first.status is JobStatus.RUNNING
+    assert first.phase == "split"
+    assert first.children_split == 100
+    assert first.attempts == 1  # a continuation is not an attempt
+    poll(stage, "image-batch")
+    poll(stage, "image-batch")
+    done = parent(stage, job_id)
+    assert done.phase == "children"
+    assert done.children_split == 250
+    assert done.attempts == 1
+    assert len(children(stage, job_id)) == 250
+
+
+# --- exactly once: duplicates, the last two children at once, a lost merge message ------------
+
+
+def test_duplicate_child_deliveries_count_once_and_merge_once(stage: Stage, api: Call) -> None:
+    job_id = submit(api, {"kind": "report", "input": REPORT_TEXT, "options": {"chunkChars": 1500}})
+    poll(stage, "report")
+    kids = children(stage, job_id)
+    for kid in kids:  # at-least-once delivery: every child message arrives twice
+        stage.send(kid)
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert done.status is JobStatus.SUCCEEDED
+    assert (done.children_succeeded, done.children_failed, done.children_done) == (len(kids), 0, len(kids))
+    assert all(stage.provider.calls[kid.job_id] == 1 for kid in kids)
+    assert stage.provider.calls[job_id] == 1  # the final summary
+    # A late duplicate of the merge message, and of a child, change nothing.
+    stage.send(done)
+    stage.send(kids[0])
+    run_until_idle(stage)
+    again = parent(stage, job_id)
+    assert again.children_done == len(kids)
+    assert again.updated_at == done.updated_at
+    assert stage.provider.calls[job_id] == 1
+    assert net_charge(stage, job_id) == 3 + 2 * len(kids)
+
+
+def test_the_last_two_children_finishing_together_merge_once(stage: Stage, api: Call) -> None:
+    """Both final transitions commit before either child looks at its parent: both see every child
+    done, and the conditional step lets exactly one of them queue the merge."""
+    job_id = submit(api, {"kind": "report", "input": REPORT_TEXT, "options": {"chunkChars": 1500}})
+    poll(stage, "report")
+    kids = children(stage, job_id)
+    store = stage.store_for("alice")
+    *first, one, two = kids
+    # Run all but the last two through the consumer, then finish those two by hand, interleaved.
+    stage.sqs.purge_queue(QueueUrl=stage.resources.queue_urls["summary"])
+    for kid in first:
+        stage.send(kid)
+    run_until_idle(stage)
+    assert parent(stage, job_id).children_done == len(first)
+    now = stage.clock()
+    lease = timedelta(minutes=1)
+    claimed = [store.claim(kid, now=now, lease=lease, max_attempts=4) for kid in (one, two)]
+    finished = [
+        store.succeed(
+            kid,
+            now=now,
+            result={"output": {"summary": "s"}},
+            result_ref=None,
+            model=None,
+            usage={},
+            cost=None,
+        )
+        for kid in claimed
+        if kid is not None
+    ]
+    assert len(finished) == 2
+    assert parent(stage, job_id).children_done == len(kids)
+    queues = JobQueues(stage.sqs, stage.resources.queue_urls)
+    winners = [fanin.notify_parent(store, queues, kid, now) for kid in finished]
+    assert sorted(winners) == [False, True]
+    assert queue_depth(stage, "report") == 1
+    run_until_idle(stage)
+    assert parent(stage, job_id).status is JobStatus.SUCCEEDED
+    assert stage.provider.calls[job_id] == 1
+
+
+def test_a_lost_merge_message_is_recovered_by_the_sweeper(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aijobs.consumer import dispatcher
+
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": ["one", "two", "three"]}})
+    # Every child's consumer dies right after its final transaction (before looking at the parent).
+    monkeypatch.setattr(dispatcher, "notify_parent", lambda *args: False)
+    run_until_idle(stage)
+    stuck = parent(stage, job_id)
+    assert stuck.status is JobStatus.RUNNING
+    assert stuck.phase == "children"
+    assert stuck.children_done == 3
+    assert sweep(stage)["actions"] == {}  # within its hold the parent is left alone
+    stage.clock.advance(stage.resources.config.stuck_queued_seconds + 1)
+    assert sweep(stage)["actions"] == {"image-batch:recheck_resent": 1}
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert done.status is JobStatus.SUCCEEDED
+    assert len(done.result["output"]["images"]) == 3
+
+
+# --- failure policy, dead letters, cancel ---------------------------------------------------------
+
+
+def test_by_default_one_failed_child_fails_the_parent_and_charges_only_what_succeeded(
+    stage: Stage, api: Call
+) -> None:
+    before = balance(stage)
+    prompts = ["a tree", "#fail:400 a broken prompt", "a house", "a cloud", "a boat"]
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": prompts}})
+    run_until_idle(stage)
+    failed = parent(stage, job_id)
+    assert (failed.status, failed.last_error_class) == (JobStatus.FAILED_FINAL, "children_failed")
+    assert failed.children_failed >= 1
+    succeeded = failed.children_succeeded
+    assert net_charge(stage, job_id) == 5 * succeeded
+    assert before - balance(stage) == 5 * succeeded
+    ledger_holds(stage)
+
+
+def test_a_tolerant_policy_merges_what_succeeded_and_names_the_missing_parts(stage: Stage, api: Call) -> None:
+    prompts = ["a tree", "#fail:400 broken", "a house", "a cloud", "a boat"]
+    job_id = submit(
+        api, {"kind": "image-batch", "input": {"prompts": prompts}, "options": {"maxFailedShare": 0.2}}
+    )
+    run_until_idle(stage)
+    _, view = api("GET", f"/jobs/{job_id}")
+    assert view["status"] == "succeeded", view
+    assert view["result"]["missingParts"] == [1]
+    assert [image["index"] for image in view["result"]["images"]] == [0, 2, 3, 4]
+    assert view["progress"] == {"total": 5, "succeeded": 4, "failedFinal": 1, "pending": 0}
+    assert net_charge(stage, job_id) == 5 * 4
+    # Past the share (two of five fail with 20% allowed) the parent fails.
+    prompts[3] = "#fail:400 broken too"
+    other = submit(
+        api, {"kind": "image-batch", "input": {"prompts": prompts}, "options": {"maxFailedShare": 0.2}}
+    )
+    run_until_idle(stage)
+    assert parent(stage, other).last_error_class == "children_failed"
+    assert net_charge(stage, other) == 5 * parent(stage, other).children_succeeded
+    ledger_holds(stage)
+
+
+def test_a_dead_lettered_child_counts_as_failed_and_the_dlq_list_names_its_parent(
+    stage: Stage, api: Call
+) -> None:
+    from aijobs.dead_letters import list_dead_letters
+    from aijobs_cli.esm import QueueMapping
+
+    job_id = submit(
+        api,
+        {
+            "kind": "image-batch",
+            "input": {"prompts": ["fine", "#fail:503 down"]},
+            "options": {"maxFailedShare": 0.5},
+        },
+    )
+    run_until_idle(stage)
+    dead = stage.job_by_id("alice", child_job_id(job_id, 1))
+    assert dead.status is JobStatus.FAILED_RETRYABLE
+    assert dead.attempts == 4
+    dlq = runtime.build_dead_letter_consumer(
+        DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
+    )
+    mapping = QueueMapping(
+        sqs=stage.sqs,
+        queue_url=stage.resources.dlq_urls["image-generate"],
+        queue_arn=stage.resources.dlq_arns["image-generate"],
+        handler=dlq.handle,
+        function_name="aijobs-dev-dlq",
+    )
+    assert mapping.poll_once().received == 1
+    (entry,) = list_dead_letters(
+        boto3.resource("dynamodb").Table(stage.resources.meta_table), "image-generate"
+    )
+    assert entry.parent_id == job_id
+    assert entry.job_id == dead.job_id
+    run_until_idle(stage)  # the DLQ consumer queued the merge: half may fail, so it succeeds
+    done = parent(stage, job_id)
+    assert done.status is JobStatus.SUCCEEDED
+    assert done.result["output"]["missingParts"] == [1]
+    assert net_charge(stage, job_id) == 5
+
+
+def test_cancel_half_way_never_runs_the_rest_and_refunds_once(stage: Stage, api: Call) -> None:
+    before = balance(stage)
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"picture {n}" for n in range(8)]}})
+    poll(stage, "image-batch")
+    assert poll(stage, "image-generate", max_messages=3) == 3
+    store = stage.store_for("alice")
+    running = store.claim(  # a child already running when the cancel comes
+        stage.job_by_id("alice", child_job_id(job_id, 7)),
+        now=stage.clock(),
+        lease=timedelta(minutes=1),
+        max_attempts=4,
+    )
+    assert running is not None
+
+    status, view = api("POST", f"/jobs/{job_id}/cancel")
+    assert status == 200, view
+    assert (view["status"], view["lastErrorClass"]) == ("failed_final", "cancelled")
+    assert net_charge(stage, job_id) == 5 * 3  # the three images made; the other five refunded
+    status, again = api("POST", f"/jobs/{job_id}/cancel")  # idempotent
+    assert status == 200
+    assert again["finishedAt"] == view["finishedAt"]
+
+    calls_before = dict(stage.provider.calls)
+    run_until_idle(stage)
+    kids = {kid.part: kid for kid in children(stage, job_id)}
+    for index in range(3, 7):  # never run, finalized as cancelled on arrival
+        assert (kids[index].status, kids[index].last_error_class) == (JobStatus.FAILED_FINAL, "cancelled")
+        assert kids[index].job_id not in calls_before
+        assert kids[index].job_id not in stage.provider.calls
+    # The running child may finish; the parent stays cancelled, nothing is merged or charged.
+    store.succeed(running, now=stage.clock(), result=None, result_ref=None, model=None, usage={}, cost=None)
+    done = parent(stage, job_id)
+    assert (done.status, done.last_error_class) == (JobStatus.FAILED_FINAL, "cancelled")
+    assert done.result is None
+    assert job_id not in stage.provider.calls
+    assert before - balance(stage) == 5 * 3
+    ledger_holds(stage)
+    # A job that finished otherwise cannot be cancelled.
+    plain = submit(api, {"kind": "summary", "input": "One sentence. Another one."})
+    run_until_idle(stage)
+    status, answer = api("POST", f"/jobs/{plain}/cancel")
+    assert (status, answer["code"]) == (409, "job_finished")
+
+
+def test_cancel_a_plain_queued_job_refunds_it_and_it_never_runs(stage: Stage, api: Call) -> None:
+    before = balance(stage)
+    job_id = submit(api, {"kind": "summary", "input": "One sentence. Another one."})
+    assert balance(stage) == before - 2
+    status, view = api("POST", f"/jobs/{job_id}/cancel")
+    assert status == 200
+    assert view["lastErrorClass"] == "cancelled"
+    run_until_idle(stage)
+    assert job_id not in stage.provider.calls
+    assert balance(stage) == before
+    status, _ = api("POST", "/jobs/01AAAAAAAAAAAAAAAAAAAAAAAA/cancel")
+    assert status == 404
+
+
+# --- operator re-run ------------------------------------------------------------------------------
+
+
+def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_again(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = {"on": True}
+    real_run = stage.provider.run
+
+    def provider(request: ProviderRequest) -> Any:
+        if broken["on"] and request.input == "a flaky prompt":
+            raise InvalidInputError("the model refused this prompt today")
+        return real_run(request)
+
+    monkeypatch.setattr(stage.provider, "run", provider)
+    job_id = submit(
+        api, {"kind": "image-batch", "input": {"prompts": ["one", "a flaky prompt", "three", "four"]}}
+    )
+    run_until_idle(stage)
+    assert parent(stage, job_id).last_error_class == "children_failed"
+    charged = net_charge(stage, job_id)
+
+    broken["on"] = False  # the fix
+    operator = Operator(
+        directory=stage.directory, queues=JobQueues(stage.sqs, stage.resources.queue_urls), clock=stage.clock
+    )
+    calls = dict(stage.provider.calls)
+    reopened = operator.rerun("alice", job_id)
+    assert reopened.status is JobStatus.RUNNING
+    assert reopened.phase == "children"
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert done.status is JobStatus.SUCCEEDED, done.last_error_message
+    assert (done.children_succeeded, done.children_failed) == (4, 0)
+    rerun = [key for key in stage.provider.calls if stage.provider.calls[key] != calls.get(key)]
+    assert rerun == [child_job_id(job_id, 1)]  # only the failed child ran again
+    assert len(done.result["output"]["images"]) == 4
+    assert done.result["output"]["missingParts"] == []
+    assert net_charge(stage, job_id) == charged  # an operator re-run is not charged again
+    ledger_holds(stage)
+    # A child alone is re-run only while its parent still waits; else re-run the parent.
+    from aijobs.errors import TransitionConflict
+
+    with pytest.raises(TransitionConflict, match="re-run the parent"):
+        stage.store_for("alice").requeue_child(
+            stage.job_by_id("alice", child_job_id(job_id, 0)).model_copy(
+                update={"status": JobStatus.FAILED_FINAL}
+            ),
+            now=stage.clock(),
+            parent_must_wait=True,
+        )
