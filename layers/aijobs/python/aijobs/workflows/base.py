@@ -46,7 +46,7 @@ class Option:
 
     def read(self, options: Mapping[str, Any]) -> float:
         value = options.get(self.name, self.default)
-        number_ok = isinstance(value, int | float) and not isinstance(value, bool)
+        number_ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         if not number_ok or (self.integer and value != int(value)) or not self.low <= value <= self.high:
             kind = "a whole number" if self.integer else "a number"
             raise ValueError(

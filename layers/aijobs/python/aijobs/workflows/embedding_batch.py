@@ -32,10 +32,11 @@ def documents(value: Any) -> list[tuple[str, str]]:
             if line[0] in '{"':
                 try:
                     entries.append(json.loads(line))
+                    continue
                 except json.JSONDecodeError:
-                    raise InvalidInputError(f"line {number} is not valid JSON") from None
-            else:
-                entries.append(line)
+                    if line[0] == "{":
+                        raise InvalidInputError(f"line {number} is not valid JSON") from None
+            entries.append(line)  # plain text (also a quotation that is not a JSON string)
     elif isinstance(value, dict) and isinstance(value.get("texts"), list):
         entries = list(value["texts"])
     elif isinstance(value, dict) and isinstance(value.get("documents"), list):
@@ -46,7 +47,8 @@ def documents(value: Any) -> list[tuple[str, str]]:
     for position, entry in enumerate(entries):
         text, ident = (entry, str(position)) if isinstance(entry, str) else (None, None)
         if isinstance(entry, dict):
-            text, ident = entry.get("text"), str(entry.get("id", position))
+            given = entry.get("id")
+            text, ident = entry.get("text"), str(position) if given is None else str(given)
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError(f"document {position} has no text")
         pairs.append((ident or str(position), text))

@@ -24,7 +24,7 @@ def prompts(value: Any) -> list[str]:
         text = value.strip()
         if text.startswith("{"):
             try:
-                value = json.loads(text)
+                value = json.loads(value)  # the text as uploaded, so the line number is the file's
             except json.JSONDecodeError as error:
                 raise InvalidInputError(
                     f"image-batch input is not valid JSON (line {error.lineno})"

@@ -14,29 +14,30 @@ from aijobs.workflows.base import ChildrenFailedError, MergeInput, Option, Part,
 
 CHUNK_CHARS = Option("chunkChars", 6000, 500, 50_000, "characters per chunk")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
-# Sentence ends: ASCII, and the ideographic full stop and full-width marks of CJK text.
-_SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s*")
+# A sentence ends at `.`, `!` or `?` followed by whitespace (so `3.14` or `e.g.x` are not cut),
+# or right after an ideographic full stop or a full-width `!`/`?` (CJK text has no spaces).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*")
 
 
 def chunk_text(text: str, size: int) -> list[str]:
     """Chunks of at most `size` characters, cut between paragraphs where possible, else between
-    sentences, else at the last space (a very long sentence), else anywhere."""
+    sentences, else at the last whitespace (a very long sentence), else anywhere."""
     pieces: list[tuple[str, str]] = []  # (text, separator before it when it joins a chunk)
-    for paragraph in _PARAGRAPH_BREAK.split(text):
+    for paragraph in _PARAGRAPH_BREAK.split(text.replace("\r\n", "\n")):
         paragraph = paragraph.strip()
         if not paragraph:
             continue
         separator = "\n\n"
-        for sentence in [paragraph] if len(paragraph) <= size else _SENTENCE_END.split(paragraph):
-            sentence = sentence.strip()
+        for sentence, spacing in [(paragraph, "")] if len(paragraph) <= size else _sentences(paragraph):
+            if pieces and separator != "\n\n":
+                separator = spacing
             while len(sentence) > size:
-                cut = sentence.rfind(" ", 0, size + 1)
-                cut = cut if cut > 0 else size
+                cut = _last_space(sentence, size)
                 pieces.append((sentence[:cut].rstrip(), separator))
                 sentence, separator = sentence[cut:].lstrip(), " "
             if sentence:
                 pieces.append((sentence, separator))
-                separator = " "
+            separator = " "
     chunks: list[str] = []
     current = ""
     for piece, separator in pieces:
@@ -47,6 +48,27 @@ def chunk_text(text: str, size: int) -> list[str]:
     if current:
         chunks.append(current)
     return chunks
+
+
+def _sentences(paragraph: str) -> list[tuple[str, str]]:
+    """(sentence, what separated it from the previous one: a space, or nothing after a CJK stop)."""
+    found: list[tuple[str, str]] = []
+    start, spacing = 0, ""
+    for match in _SENTENCE_END.finditer(paragraph):
+        if match.end() == start or match.end() >= len(paragraph):
+            continue
+        found.append((paragraph[start : match.start()].strip(), spacing))
+        start, spacing = match.end(), " " if match.group() else ""
+    found.append((paragraph[start:].strip(), spacing))
+    return [(sentence, spacing) for sentence, spacing in found if sentence]
+
+
+def _last_space(sentence: str, size: int) -> int:
+    """Where to cut a sentence longer than `size`: after its last whitespace within the limit."""
+    for index in range(size, 0, -1):
+        if sentence[index].isspace():
+            return index
+    return size
 
 
 def _document_text(value: Any) -> str:
@@ -81,16 +103,57 @@ def merge(merging: MergeInput) -> ProviderResult:
     output: dict[str, Any] = {"parts": parts, "missingParts": missing, "total": merging.parent.children_total}
     if len(parts) == 1 and not missing:
         return ProviderResult(status="succeeded", output={"summary": parts[0]["summary"], **output})
-    # The final summary is one more call of the child kind over the chunk summaries, in order.
-    final = merging.provider.run(merging.request("\n\n".join(str(part["summary"]) for part in parts)))
-    summary = final.output.get("summary") if isinstance(final.output, dict) else final.output
+    summary, calls = reduce_summaries(merging, [str(part["summary"]) for part in parts])
+    usage: dict[str, int] = {}
+    for call in calls:
+        for unit, amount in call.usage.items():
+            usage[unit] = usage.get(unit, 0) + amount
+    costs = [call.cost for call in calls]
     return ProviderResult(
         status="succeeded",
         output={"summary": summary, **output},
-        model=final.model,
-        usage=final.usage,
-        cost=final.cost,
+        model=calls[-1].model,
+        usage=usage,
+        cost=sum(cost for cost in costs if cost is not None) if any(c is not None for c in costs) else None,
     )
+
+
+def reduce_summaries(merging: MergeInput, summaries: list[str]) -> tuple[str, list[ProviderResult]]:
+    """The final summary over the chunk summaries. Joined, they may be too long for one call (a
+    200-page report makes ~100 of them): then they are summarized in groups no longer than a chunk
+    (what the model already took), level by level, until one call over what is left fits."""
+    size = int(merging.workflow.option_values(merging.parent.options)[CHUNK_CHARS.name])
+    calls: list[ProviderResult] = []
+    texts, level = summaries, 0
+    while len("\n\n".join(texts)) > size:
+        groups = _groups(texts, size)
+        if len(groups) >= len(texts):
+            break  # every summary is a chunk on its own: no grouping can shrink the input further
+        step = [
+            merging.provider.run(merging.request("\n\n".join(g), step=f"merge-{level}-{i}"))
+            for i, g in enumerate(groups)
+        ]
+        calls += step
+        texts, level = [_summary_of(result) for result in step], level + 1
+    final = merging.provider.run(merging.request("\n\n".join(texts)))
+    return _summary_of(final), [*calls, final]
+
+
+def _groups(texts: list[str], size: int) -> list[list[str]]:
+    groups: list[list[str]] = [[]]
+    length = 0
+    for text in texts:
+        if groups[-1] and length + 2 + len(text) > size:
+            groups.append([])
+            length = 0
+        groups[-1].append(text)
+        length += len(text) + 2
+    return groups
+
+
+def _summary_of(result: ProviderResult) -> str:
+    output = result.output
+    return str(output.get("summary") if isinstance(output, dict) else output)
 
 
 WORKFLOW = Workflow(
