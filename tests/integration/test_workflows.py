@@ -792,3 +792,20 @@ def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_a
             now=stage.clock(),
             parent_must_wait=True,
         )
+
+
+def test_a_post_without_a_body_needs_no_content_type(stage: Stage, api: Call) -> None:
+    """Found by the API fuzzer: a cancel sent with no body and no Content-Type was a 415."""
+    job_id = submit(api, {"kind": "summary", "input": "One sentence. Another one."})
+    event = load_event("api-post-jobs.json")
+    key = stage.directory.create_api_key("alice")
+    event["headers"] = {"authorization": f"Bearer {key}"}
+    event["rawPath"] = event["requestContext"]["http"]["path"] = f"/jobs/{job_id}/cancel"
+    event.pop("body", None)
+    from api import handler
+
+    response = handler.handler(event, LambdaContext("api"))
+    assert response["statusCode"] == 200, response["body"]
+    event["rawPath"] = event["requestContext"]["http"]["path"] = "/jobs"
+    response = handler.handler(event, LambdaContext("api"))  # a route that needs a body: 422
+    assert response["statusCode"] == 422, response["body"]
