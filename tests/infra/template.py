@@ -54,3 +54,14 @@ def target_id(reference: Any) -> str:
     if "Ref" in reference:
         return str(reference["Ref"])
     return str(reference["Fn::GetAtt"][0])
+
+
+def role_statements(synth: Synth, function_id: str) -> list[dict[str, Any]]:
+    """Every IAM statement attached to a function's role."""
+    role = target_id(synth.props(function_id)["Role"])
+    return [
+        statement
+        for policy in synth.resources("AWS::IAM::Policy").values()
+        if role in [target_id(r) for r in policy["Properties"]["Roles"]]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]

@@ -5,17 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.infra.template import Synth, target_id
-
-
-def _statements(synth: Synth, function_id: str) -> list[dict[str, Any]]:
-    role = target_id(synth.props(function_id)["Role"])
-    return [
-        statement
-        for policy in synth.resources("AWS::IAM::Policy").values()
-        if role in [target_id(r) for r in policy["Properties"]["Roles"]]
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-    ]
+from tests.infra.template import Synth, role_statements
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
@@ -36,7 +26,7 @@ def _granted(synth: Synth, function_id: str, prefix: str) -> dict[str, str]:
     """action -> JSON of the resources it is granted on, for actions of one service."""
     return {
         action: json.dumps(statement["Resource"])
-        for statement in _statements(synth, function_id)
+        for statement in role_statements(synth, function_id)
         for action in _actions(statement)
         if action.startswith(prefix)
     }

@@ -33,6 +33,8 @@ from aijobs.stage_config import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_QUEUES = ("image-generate", "tts-generate", "video-generate", "summary", "embedding")
+# The shipped workflow kinds (aijobs.workflows.registry), listed after their child kinds.
+SHIPPED_WORKFLOWS = ("report", "embedding-batch", "image-batch")
 
 
 def _parse(stage: str = "dev", **values: str | None) -> StageConfig:
@@ -557,7 +559,7 @@ def test_shipped_dev_config() -> None:
     config = _load("dev")
     assert config.stage == "dev"
     assert not config.is_production
-    assert config.queue_names == SHIPPED_QUEUES
+    assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
     assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
     assert config.crons[0].to_aws() == "cron(0/10 * * * ? *)"
     assert config.queue_max_concurrency is None
@@ -568,7 +570,7 @@ def test_shipped_prod_config() -> None:
     config = _load("prod")
     assert config.stage == "prod"
     assert config.is_production
-    assert config.queue_names == SHIPPED_QUEUES
+    assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
     assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
     assert config.alert_email is None
 

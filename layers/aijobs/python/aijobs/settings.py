@@ -133,6 +133,8 @@ class ConsumerSettings(FunctionSettings, _ProviderSettings):
 def _with_linked_queues(data: Any) -> Any:
     if not isinstance(data, dict):
         return data
+    if "LINKED_QUEUES" not in data:  # set (maybe empty) by every stack: missing means miswired
+        raise ValueError("LINKED_QUEUES is missing (the other kinds' queues this function sends to)")
     names = split_list(data.get("LINKED_QUEUES"))
     missing = [binding_name(name) for name in names if not data.get(binding_name(name))]
     if missing:
