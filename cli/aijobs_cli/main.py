@@ -12,21 +12,27 @@ import json
 import mimetypes
 import signal
 import statistics
+import textwrap
 import time
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Column, Table
 
 from aijobs.dead_letters import list_dead_letters
+from aijobs.domain import JobStatus
 from aijobs.errors import AijobsError
 from aijobs.stage_config import ConfigError
-from aijobs_cli.target import Target, TargetError
+from aijobs_cli.target import ApiResponse, Target, TargetError
 
 app = typer.Typer(help="aijobs: asynchronous AI jobs on AWS, locally or deployed.", no_args_is_help=True)
 dlq_app = typer.Typer(help="Dead-letter queue: what failed for good.", no_args_is_help=True)
@@ -114,17 +120,112 @@ def _emit(data: Any, as_json: bool, render: Any = None) -> None:
         render(data)
 
 
+def _request(
+    target: Target, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> ApiResponse:
+    """One API call, whatever its status (an unreachable API is a failure with a message)."""
+    try:
+        return target.request(method, path, body, headers)
+    except TargetError as error:
+        raise _fail(str(error)) from None
+
+
+def _api_error(response: ApiResponse) -> typer.Exit:
+    body = response.body if isinstance(response.body, dict) else {"message": response.body}
+    return _fail(escape(f"{response.status} {body.get('code', '')}: {body.get('message', body)}"), 2)
+
+
 def _api(
     target: Target, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
 ) -> Any:
-    try:
-        response = target.request(method, path, body, headers)
-    except TargetError as error:
-        raise _fail(str(error)) from None
+    response = _request(target, method, path, body, headers)
     if response.status >= 400:
-        body_ = response.body or {}
-        raise _fail(f"{response.status} {body_.get('code', '')}: {body_.get('message', body_)}", 2)
+        raise _api_error(response)
     return response.body
+
+
+def _job_path(job_id: str, suffix: str = "") -> str:
+    """`/jobs/<id><suffix>`, the id quoted as one path segment."""
+    if not job_id.strip():
+        raise _fail("JOB_ID is empty")
+    return f"/jobs/{urllib.parse.quote(job_id, safe='')}{suffix}"
+
+
+# --- how a job is shown ----------------------------------------------------------------------------
+
+
+def workflow_note(job: Mapping[str, Any]) -> str:
+    """A workflow parent's phase and progress, or a child's part and parent ('' for other jobs)."""
+    progress = job.get("progress")
+    if job.get("phase") is not None and isinstance(progress, Mapping):
+        total = int(progress.get("total") or 0)
+        if not total:
+            return f"phase {job['phase']}: not split into parts yet"
+        succeeded, failed = int(progress.get("succeeded") or 0), int(progress.get("failedFinal") or 0)
+        return (
+            f"phase {job['phase']}, {succeeded + failed}/{total} parts done: "
+            f"{succeeded} succeeded, {failed} failed, {int(progress.get('pending') or 0)} pending"
+        )
+    if job.get("parentId"):
+        return f"part {job.get('part')} of {job['parentId']}"
+    return ""
+
+
+def job_line(job: Mapping[str, Any]) -> str:
+    """`<jobId>  <status>`, with the workflow note when there is one."""
+    note = workflow_note(job)
+    return f"{job['jobId']}  {job['status']}" + (f"  ({note})" if note else "")
+
+
+def job_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The fields `aijobs status` shows, in order (the result follows them)."""
+    fields: list[tuple[str, Any]] = [
+        ("job", job.get("jobId")),
+        ("kind", job.get("kind")),
+        ("status", job.get("status")),
+        ("attempts", job.get("attempts")),
+    ]
+    if job.get("lastErrorClass") or job.get("lastErrorMessage"):
+        fields.append(("error", f"{job.get('lastErrorClass') or ''}: {job.get('lastErrorMessage') or ''}"))
+    if job.get("deadLettered"):
+        fields.append(("dead-lettered", "yes"))
+    if job.get("phase") is not None:
+        progress = job.get("progress") or {}
+        fields.append(("phase", job["phase"]))
+        fields.append(
+            (
+                "progress",
+                f"{progress.get('total', 0)} parts: {progress.get('succeeded', 0)} succeeded, "
+                f"{progress.get('failedFinal', 0)} failed, {progress.get('pending', 0)} pending",
+            )
+        )
+        fields.append(("children", f"aijobs children {job.get('jobId')}"))
+    if job.get("parentId"):
+        fields.append(("parent", job["parentId"]))
+        fields.append(("part", job.get("part")))
+    for key, label in (
+        ("model", "model"),
+        ("createdAt", "created"),
+        ("startedAt", "started"),
+        ("finishedAt", "finished"),
+        ("resultRef", "result object"),
+    ):
+        if job.get(key):
+            fields.append((label, job[key]))
+    return [(label, str(value)) for label, value in fields if value is not None]
+
+
+def _render_job(job: Mapping[str, Any]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in job_fields(job):
+        table.add_row(label, escape(value))
+    out.print(table)
+    if job.get("result") is not None:
+        out.print_json(json.dumps(job["result"], default=str))
+    elif job.get("resultUrl"):
+        out.print(f"result: {job['resultUrl']}", markup=False, highlight=False)
 
 
 # --- the local stack -------------------------------------------------------------------------------
@@ -251,11 +352,14 @@ def _upload_input(target: Target, path: Path, content_type: str | None) -> str:
     data = path.read_bytes()
     if not data:
         raise _fail(f"{escape(str(path))} is empty")
-    form = _api(
-        target, "POST", "/uploads", {"contentType": content_type, "size": len(data), "name": path.name}
-    )
+    return _upload_data(target, data, path.name, content_type)
+
+
+def _upload_data(target: Target, data: bytes, name: str, content_type: str) -> str:
+    """Upload `data` through `POST /uploads` and its presigned form; returns the `inputRef`."""
+    form = _api(target, "POST", "/uploads", {"contentType": content_type, "size": len(data), "name": name})
     try:
-        target.upload(form, data, path.name)
+        target.upload(form, data, name)
     except TargetError as error:
         raise _fail(escape(str(error))) from None
     return str(form["inputRef"])
@@ -303,13 +407,13 @@ def submit(
     body = _api(target, "POST", "/jobs", payload, headers)
     if wait:
         body = _wait(target, body["jobId"], timeout)
-    _emit(body, as_json, lambda b: out.print(f"{b['jobId']}  {b['status']}"))
+    _emit(body, as_json, lambda b: out.print(escape(job_line(b))))
 
 
 def _wait(target: Target, job_id: str, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     while True:
-        job = _api(target, "GET", f"/jobs/{job_id}")
+        job = _api(target, "GET", _job_path(job_id))
         if job["status"] in ("succeeded", "failed_final") or time.monotonic() > deadline:
             return job
         time.sleep(0.5)
@@ -323,9 +427,88 @@ def status(
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Show one of your jobs."""
-    job = _api(_target(info_file, api_url, api_key), "GET", f"/jobs/{job_id}")
-    _emit(job, as_json, lambda j: out.print_json(json.dumps(j)))
+    """Show one of your jobs (a workflow's phase and progress; a part's parent)."""
+    target = _target(info_file, api_url, api_key)
+    _emit(_api(target, "GET", _job_path(job_id)), as_json, _render_job)
+
+
+@app.command()
+def children(
+    job_id: str,
+    status: Annotated[
+        str | None, typer.Option(help="only the children in this status (queued, running, succeeded, ...)")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100, help="children per page")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="start at this page (a previous nextCursor)")] = None,
+    all_pages: Annotated[bool, typer.Option("--all", help="follow the cursors to the last page")] = False,
+    info_file: InfoFile = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """List a workflow job's children (its parts), in part order, a page at a time."""
+    statuses = [member.value for member in JobStatus]
+    if status is not None and status not in statuses:
+        raise _fail(f"--status {escape(repr(status))} is not a job status; one of: {', '.join(statuses)}")
+    if cursor is not None and not cursor.strip():
+        raise _fail("--cursor is empty")
+    target = _target(info_file, api_url, api_key)
+    path = _job_path(job_id, "/children")
+    jobs: list[Any] = []
+    seen: set[str] = set()
+    while True:
+        query = {"limit": str(limit), "status": status, "cursor": cursor}
+        page = _api(target, "GET", f"{path}?{urllib.parse.urlencode({k: v for k, v in query.items() if v})}")
+        jobs.extend(page["jobs"])
+        cursor = page.get("nextCursor")
+        if not all_pages or not cursor:
+            break
+        if cursor in seen:
+            raise _fail(f"the API returned the cursor {escape(cursor)} twice; stopping")
+        seen.add(cursor)
+    data = {"jobs": jobs, "nextCursor": cursor}
+
+    def render(data: Any) -> None:
+        table = Table(
+            "part",
+            Column("jobId", no_wrap=True, min_width=32),  # ids stay whole, to copy
+            Column("status", no_wrap=True, min_width=12),
+            "attempts",
+            "error",
+            "finished",
+        )
+        for job in data["jobs"]:
+            table.add_row(
+                str(job.get("part")),
+                job["jobId"],
+                job["status"],
+                str(job["attempts"]),
+                escape(job.get("lastErrorClass") or ""),
+                job.get("finishedAt") or "",
+            )
+        out.print(table)
+        if data["nextCursor"]:
+            out.print(
+                f"more: aijobs children {job_id} --cursor {data['nextCursor']}  (or --all)",
+                markup=False,
+                highlight=False,
+            )
+
+    _emit(data, as_json, render)
+
+
+@app.command()
+def cancel(
+    job_id: str,
+    info_file: InfoFile = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Cancel one of your jobs: it ends failed_final (`cancelled`) and its unused credits are
+    refunded; a workflow's children that have not started never run."""
+    job = _api(_target(info_file, api_url, api_key), "POST", _job_path(job_id, "/cancel"))
+    _emit(job, as_json, lambda j: out.print(escape(job_line(j))))
 
 
 @app.command("list")
@@ -383,13 +566,14 @@ def dlq_list(
     entries.sort(key=lambda e: e["dead_lettered_at"], reverse=True)
 
     def render(data: Any) -> None:
-        table = Table("when", "kind", "jobId", "userId", "attempts", "error class", "message")
+        table = Table("when", "kind", "jobId", "parent", "userId", "attempts", "error class", "message")
         for e in data:
-            message = (e.get("last_error_message") or "")[:60]
+            message = escape((e.get("last_error_message") or "")[:60])
             table.add_row(
                 e["dead_lettered_at"],
                 e["kind"],
                 e["job_id"],
+                e.get("parent_id") or "",
                 e.get("user_id") or "",
                 str(e["attempts"]),
                 e.get("last_error_class") or "",
@@ -621,6 +805,9 @@ def cron_run(
         result = json.loads(response["Payload"].read() or b"null")
         if response.get("FunctionError"):
             raise _fail(f"the run failed: {result}")
+    # A failure the dispatcher handled (logged, counted, alerted once per incident) is a result.
+    if isinstance(result, dict) and result.get("status") == "failed":
+        raise _fail(f"the run failed: {result.get('error')}")
     _emit(result, as_json, lambda r: out.print_json(json.dumps(r, default=str)))
 
 
@@ -740,16 +927,42 @@ DEMO_MIX: list[tuple[str, str, str]] = [
 ]
 
 
+REPORT_KIND = "report"
+REPORT_CHUNK_CHARS = 2000
+# Lines of the report's final summary `aijobs demo` prints.
+REPORT_SUMMARY_LINES = 4
+
+
+def sample_report() -> bytes:
+    """The demo's long document (an operations handbook, about seven pages), shipped with the CLI."""
+    return resources.files("aijobs_cli").joinpath("samples").joinpath("report.txt").read_bytes()
+
+
 @app.command()
 def demo(
     rounds: Annotated[int, typer.Option(min=1, max=50, help="times to submit the mix of jobs")] = 1,
     timeout: Annotated[float, typer.Option(help="seconds to wait for every job to finish")] = 180.0,
+    report: Annotated[
+        bool, typer.Option(help="also summarize a long document with a `report` workflow job")
+    ] = True,
+    report_file: Annotated[
+        Path | None,
+        typer.Option(help="the document for the report (default: the bundled sample handbook)"),
+    ] = None,
+    chunk_chars: Annotated[
+        int, typer.Option(min=500, max=50_000, help="the report's chunk size (one summary job each)")
+    ] = REPORT_CHUNK_CHARS,
     info_file: InfoFile = None,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Submit a realistic mix of jobs and watch them to the end (needs a running stack)."""
+    """Submit a realistic mix of jobs and watch them to the end (needs a running stack).
+
+    When the stage has the `report` workflow kind, a multi-page document is uploaded too and
+    summarized chunk by chunk (one `summary` child job per chunk), then as a whole."""
+    if report_file is not None and not report:
+        raise _fail("--report-file needs the report (drop --no-report)")
     target = _target(info_file, api_url, api_key)
     submitted: list[tuple[str, str, str]] = []
     for _ in range(rounds):
@@ -758,44 +971,55 @@ def demo(
                 continue
             body = _api(target, "POST", "/jobs", {"kind": kind, "input": text})
             submitted.append((body["jobId"], kind, label))
+    report_entry = _submit_report(target, report_file, chunk_chars) if report else _skipped("--no-report")
+    report_id: str | None = report_entry.get("jobId")
+    report_job: dict[str, Any] | None = None
     final: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        MofNCompleteColumn(),
         console=err,
         disable=as_json,
     ) as progress:
         task = progress.add_task("jobs finished", total=len(submitted))
-        while len(final) < len(submitted) and time.monotonic() < deadline:
+        # The total is unknown (a pulsing bar) until the report's split has counted its chunks.
+        report_task = progress.add_task(f"report {report_id}: chunks summarized", total=None, visible=False)
+        if report_id is not None:
+            progress.update(report_task, visible=True)
+        while time.monotonic() < deadline:
             for job_id, _kind, _label in submitted:
                 if job_id in final:
                     continue
-                job = _api(target, "GET", f"/jobs/{job_id}")
+                job = _api(target, "GET", _job_path(job_id))
                 if job["status"] in ("succeeded", "failed_final"):
                     final[job_id] = job
                     progress.advance(task)
+            if report_id is not None and report_job is None:
+                view = _api(target, "GET", _job_path(report_id))
+                total, done = _children_done(view)
+                progress.update(report_task, total=total or None, completed=done)
+                if view["status"] in ("succeeded", "failed_final"):
+                    report_job = view
+            if len(final) == len(submitted) and (report_id is None or report_job is not None):
+                break
             time.sleep(0.5)
     rows: list[dict[str, Any]] = []
     for job_id, kind, label in submitted:
         job = final.get(job_id)
-        outcome = "unfinished" if job is None else ("dead-lettered" if job["deadLettered"] else job["status"])
-        latency = None
-        if job is not None and job.get("finishedAt"):
-            latency = (
-                datetime.fromisoformat(job["finishedAt"]) - datetime.fromisoformat(job["createdAt"])
-            ).total_seconds()
         rows.append(
             {
                 "jobId": job_id,
                 "kind": kind,
                 "case": label,
-                "outcome": outcome,
+                "outcome": _outcome(job),
                 "attempts": job["attempts"] if job else None,
-                "latencySeconds": latency,
+                "latencySeconds": _latency(job),
             }
         )
+    if report_job is not None:
+        report_entry.update(_finished_report(report_job))
     latencies: list[float] = sorted(
         float(r["latencySeconds"]) for r in rows if r["latencySeconds"] is not None
     )
@@ -807,6 +1031,7 @@ def demo(
         "p50Seconds": round(statistics.median(latencies), 2) if latencies else None,
         "p95Seconds": round(_percentile(latencies, 0.95), 2) if latencies else None,
         "jobsDetail": rows,
+        "report": report_entry,
     }
 
     def render(data: Any) -> None:
@@ -821,10 +1046,134 @@ def demo(
             )
         out.print(table)
         out.print(f"outcomes: {data['outcomes']}   p50 {data['p50Seconds']} s   p95 {data['p95Seconds']} s")
+        _render_report(data["report"])
 
     _emit(summary, as_json, render)
-    if any(r["outcome"] == "unfinished" for r in rows):
+    if any(r["outcome"] == "unfinished" for r in rows) or report_entry["outcome"] == "unfinished":
         raise typer.Exit(3)
+
+
+def _outcome(job: Mapping[str, Any] | None) -> str:
+    if job is None:
+        return "unfinished"
+    return "dead-lettered" if job.get("deadLettered") else str(job["status"])
+
+
+def _latency(job: Mapping[str, Any] | None) -> float | None:
+    if job is None or not job.get("finishedAt"):
+        return None
+    finished, created = datetime.fromisoformat(job["finishedAt"]), datetime.fromisoformat(job["createdAt"])
+    return (finished - created).total_seconds()
+
+
+def _children_done(job: Mapping[str, Any]) -> tuple[int, int]:
+    """A workflow job's (parts, parts finished): succeeded or failed for good."""
+    progress = job.get("progress") or {}
+    done = int(progress.get("succeeded") or 0) + int(progress.get("failedFinal") or 0)
+    return int(progress.get("total") or 0), done
+
+
+def _skipped(reason: str) -> dict[str, Any]:
+    return {"jobId": None, "outcome": "skipped", "reason": reason}
+
+
+def _submit_report(target: Target, file: Path | None, chunk_chars: int) -> dict[str, Any]:
+    """Upload the document and submit a `report` job by `inputRef` (skipped without the kind)."""
+    if target.queue_urls and REPORT_KIND not in target.queue_urls:
+        return _skipped(f"the stage has no {REPORT_KIND!r} kind (QUEUE_NAMES)")
+    if file is None:
+        data, name = sample_report(), "report.txt"
+        ref = _upload_data(target, data, name, "text/plain")
+    else:
+        name = file.name
+        ref = _upload_input(target, file, None)
+    response = _request(
+        target,
+        "POST",
+        "/jobs",
+        {"kind": REPORT_KIND, "inputRef": ref, "options": {"chunkChars": chunk_chars}},
+    )
+    if response.status >= 400:
+        # A deployed stage (no queue list to check first) may not have the workflow.
+        if isinstance(response.body, dict) and response.body.get("code") == "unknown_kind":
+            return _skipped(f"the stage has no {REPORT_KIND!r} kind")
+        raise _api_error(response)
+    return {
+        "jobId": str(response.body["jobId"]),
+        "outcome": "unfinished",
+        "document": name,
+        "inputRef": ref,
+        "chunkChars": chunk_chars,
+    }
+
+
+def _finished_report(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What the demo reports of a finished `report` job: outcome, parts and the final summary."""
+    output = _result_output(job)
+    parts = output.get("parts") if isinstance(output, dict) else None
+    summary = output.get("summary") if isinstance(output, dict) else None
+    total, done = _children_done(job)
+    return {
+        "status": job["status"],
+        "outcome": _outcome(job),
+        "attempts": job.get("attempts"),
+        "phase": job.get("phase"),
+        "progress": job.get("progress"),
+        "parts": len(parts) if isinstance(parts, list) else None,
+        "total": total,
+        "partsFinished": done,
+        "missingParts": output.get("missingParts") if isinstance(output, dict) else None,
+        "summary": summary if isinstance(summary, str) else None,
+        "error": job.get("lastErrorClass"),
+        "errorMessage": job.get("lastErrorMessage"),
+        "latencySeconds": _latency(job),
+    }
+
+
+def _result_output(job: Mapping[str, Any]) -> Any:
+    """A finished job's output: inline in its view, or read through its presigned `resultUrl`
+    (None when neither works: the demo still reports the outcome)."""
+    if job.get("result") is not None:
+        return job["result"]
+    url = job.get("resultUrl")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the URL the API signed
+            document = json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+    return document.get("output") if isinstance(document, dict) else None
+
+
+def _render_report(entry: Mapping[str, Any]) -> None:
+    if entry["outcome"] == "skipped":
+        out.print(f"report: skipped ({escape(str(entry.get('reason')))})")
+        return
+    head = f"report {entry['jobId']}: {entry['outcome']}"
+    if entry["outcome"] == "unfinished":
+        out.print(f"{head} (still running: `aijobs status {entry['jobId']}`)", markup=False)
+        return
+    latency = entry.get("latencySeconds")
+    parts = entry.get("parts")
+    out.print(
+        f"{head}, {parts if parts is not None else '?'} parts summarized of {entry.get('total')}"
+        + (f", missing {entry['missingParts']}" if entry.get("missingParts") else "")
+        + (f", {latency:.1f} s" if latency is not None else ""),
+        markup=False,
+        highlight=False,
+    )
+    if entry.get("error"):
+        out.print(f"  error: {entry['error']}: {entry.get('errorMessage') or ''}", markup=False)
+    summary = entry.get("summary")
+    if summary:
+        lines = textwrap.wrap(summary, width=max(40, min(100, out.width - 4)))
+        shown = lines[:REPORT_SUMMARY_LINES]
+        if len(lines) > len(shown):
+            shown[-1] += " …"
+        out.print("  summary:", markup=False)
+        for line in shown:
+            out.print(f"    {line}", markup=False, highlight=False)
 
 
 def _percentile(ordered: list[float], share: float) -> float:

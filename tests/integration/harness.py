@@ -180,3 +180,21 @@ def restored_process_state() -> Iterator[None]:
         logger.setLevel(saved_level)
         handler.setStream(saved_stream)
         runtime.reset_runtime()
+
+
+# Local stacks under test retry and re-check at once.
+FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDER_RECHECK_SECONDS": "0"}
+
+
+@contextmanager
+def running_local_stack(folder: Path) -> Iterator[Any]:
+    """A quiet local stack (the `local` stage with FAST retries) whose info file is in `folder`,
+    with the process state it changes restored afterwards."""
+    from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.local_stack import LocalStack
+
+    local = LocalStack(
+        load_stage_config("local", FAST), port=0, info_file=folder / "local.json", log=lambda _line: None
+    )
+    with restored_process_state(), local:
+        yield local

@@ -18,23 +18,19 @@ import pytest
 from typer.testing import CliRunner
 
 from aijobs.store.jobs import JobStore
-from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
-from tests.integration.harness import restored_process_state
+from tests.integration.harness import running_local_stack
 
 pytestmark = pytest.mark.integration
 
 TEXT = "Queues decouple accepting work from doing it. The consumer does the slow part."
-FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDER_RECHECK_SECONDS": "0"}
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    info = tmp_path_factory.mktemp("local") / "local.json"
-    local = LocalStack(load_stage_config("local", FAST), port=0, info_file=info, log=lambda _line: None)
-    with restored_process_state(), local:
+    with running_local_stack(tmp_path_factory.mktemp("local")) as local:
         yield local
 
 

@@ -31,11 +31,10 @@ from aijobs.store.results import (
     UploadForm,
     input_ref_is_owned,
 )
-from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
-from tests.integration.harness import restored_process_state
+from tests.integration.harness import running_local_stack
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported
 
@@ -252,16 +251,11 @@ class _RefusingS3(BaseHTTPRequestHandler):
         return
 
 
-FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDER_RECHECK_SECONDS": "0"}
-
-
 @pytest.fixture(scope="class")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """A local stack for one test class (moto's state is per process): stopped when the class ends,
     before any later test could run under `mock_aws`."""
-    info = tmp_path_factory.mktemp("uploads") / "local.json"
-    local = LocalStack(load_stage_config("local", FAST), port=0, info_file=info, log=lambda _line: None)
-    with restored_process_state(), local:
+    with running_local_stack(tmp_path_factory.mktemp("uploads")) as local:
         yield local
 
 

@@ -809,3 +809,44 @@ def test_a_post_without_a_body_needs_no_content_type(stage: Stage, api: Call) ->
     event["rawPath"] = event["requestContext"]["http"]["path"] = "/jobs"
     response = handler.handler(event, LambdaContext("api"))  # a route that needs a body: 422
     assert response["statusCode"] == 422, response["body"]
+
+
+def test_cursors_must_continue_the_query_they_came_from(stage: Stage, api: Call) -> None:
+    """A crafted cursor was a 500 (found by the CLI work): now any cursor that is not a key of the
+    same query, in the caller's own rows, is a 400."""
+    import base64
+
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"p {n}" for n in range(3)]}})
+    poll(stage, "image-batch")
+    _, page = api("GET", f"/jobs/{job_id}/children?limit=1")
+    children_cursor = page["nextCursor"]
+    assert children_cursor
+
+    def encode(key: dict[str, str]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+
+    for path in (
+        f"/jobs?cursor={encode({'pk': 'USER#alice'})}",  # no sort key
+        f"/jobs?cursor={children_cursor}",  # a children cursor on the job list
+        f"/jobs?status=queued&cursor={encode({'pk': 'USER#alice', 'sk': 'JOB#x'})}",  # not the index's key
+        f"/jobs/{job_id}/children?cursor={encode({'pk': 'USER#alice', 'sk': 'JOB#x'})}",  # another prefix
+        f"/jobs/{job_id}/children?cursor={encode({'pk': 'USER#mallory', 'sk': 'CHILD#x'})}",  # another user
+    ):
+        status, answer = api("GET", path)
+        assert (status, answer["code"]) == (400, "invalid_cursor"), path
+    status, page = api("GET", f"/jobs/{job_id}/children?limit=1&cursor={children_cursor}")
+    assert status == 200
+    assert [kid["part"] for kid in page["jobs"]] == [1]
+
+
+def test_the_accepted_answer_links_a_workflow_and_its_merge_is_an_attempt(stage: Stage, api: Call) -> None:
+    status, accepted = api("POST", "/jobs", {"kind": "image-batch", "input": {"prompts": ["a", "b"]}})
+    assert status == 202
+    job_id = accepted["jobId"]
+    assert accepted["links"]["children"] == f"/jobs/{job_id}/children"
+    assert accepted["links"]["cancel"] == f"/jobs/{job_id}/cancel"
+    run_until_idle(stage)
+    _, view = api("GET", f"/jobs/{job_id}")
+    assert view["status"] == "succeeded"
+    assert view["attempts"] == 1  # the merge's own first attempt
+    assert view["links"]["cancel"] is None

@@ -34,11 +34,10 @@ from aijobs.api.schemas import (
     JobList,
     JobRequest,
     JobView,
-    Links,
     PresignedUpload,
     UploadRequest,
 )
-from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, JobService
+from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, JobService, links
 from aijobs.domain import JobStatus
 from aijobs.errors import (
     BodyTooLargeError,
@@ -268,7 +267,7 @@ def create_job(
         status=job.status,
         kind=job.kind,
         createdAt=job.created_at,
-        links=Links(self=f"/jobs/{job.job_id}"),
+        links=links(job),
     )
     headers = {"Location": f"/jobs/{job.job_id}"}
     if replayed:

@@ -66,6 +66,16 @@ _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{5})?")
 
 
+def links(job: Job) -> Links:
+    """Where a job's related resources are (the same in the 202 answer and in `GET /jobs/{id}`)."""
+    return Links(
+        self=f"/jobs/{job.job_id}",
+        children=f"/jobs/{job.job_id}/children" if job.is_parent else None,
+        parent=f"/jobs/{job.parent_id}" if job.parent_id else None,
+        cancel=None if job.status.is_terminal else f"/jobs/{job.job_id}/cancel",
+    )
+
+
 def request_hash(request: JobRequest) -> str:
     """Fingerprint of a request, to tell an idempotent replay from a reused key.
 
@@ -445,10 +455,5 @@ class JobService:
                 if job.is_parent
                 else None
             ),
-            links=Links(
-                self=f"/jobs/{job.job_id}",
-                children=f"/jobs/{job.job_id}/children" if job.is_parent else None,
-                parent=f"/jobs/{job.parent_id}" if job.parent_id else None,
-                cancel=None if job.status.is_terminal else f"/jobs/{job.job_id}/cancel",
-            ),
+            links=links(job),
         )

@@ -40,7 +40,7 @@ from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import JobQueues
 from aijobs.stage_config import queue_name_from_resource
-from aijobs.store.jobs import JobStore
+from aijobs.store.jobs import PHASE_MERGE, JobStore
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
 from aijobs.workflows.fanin import notify_parent
@@ -167,7 +167,14 @@ class Consumer:
             if message.check is None or message.check != job.recheck_id:
                 logger.info("not the job's pending re-check (a duplicate or stale copy): acknowledged")
                 return None
-            claimed = store.claim_recheck(job, now=now, lease=self.lease, check=message.check)
+            # A workflow's merge step arrives as a re-check but is an attempt of its own budget.
+            claimed = store.claim_recheck(
+                job,
+                now=now,
+                lease=self.lease,
+                check=message.check,
+                counts_as_attempt=job.phase == PHASE_MERGE,
+            )
         else:
             due = job.next_attempt_at if job.status is JobStatus.FAILED_RETRYABLE else None
             if due is not None and now + RETRY_TOLERANCE < due:

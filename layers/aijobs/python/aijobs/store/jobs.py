@@ -174,7 +174,7 @@ class JobStore:
             query["ExpressionAttributeNames"] = {"#kind": "kind"}
             query["ExpressionAttributeValues"][":kind"] = kind
         if cursor:
-            query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id)
+            query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id, query)
         jobs: list[Job] = []
         # A filter can leave a page short: keep reading until it is full or the data ends.
         while True:
@@ -257,24 +257,30 @@ class JobStore:
             lost_race_returns_none=True,
         )
 
-    def claim_recheck(self, job: Job, *, now: datetime, lease: timedelta, check: str) -> Job | None:
-        """Claim a job whose provider task is still running, *without* spending an attempt.
+    def claim_recheck(
+        self, job: Job, *, now: datetime, lease: timedelta, check: str, counts_as_attempt: bool = False
+    ) -> Job | None:
+        """Claim a job whose provider task is still running, *without* spending an attempt (unless
+        `counts_as_attempt`: a workflow's merge step, the first attempt of its own budget).
 
         Only the re-check message that carries the row's current `recheck_id` wins, once: the id
         is removed by the claim, so a duplicate of that message (or of an older one) finds
         nothing to claim.
         """
+        sets: dict[str, Any] = {
+            "lease_expires_at": iso(now + lease),
+            "claim_id": uuid.uuid4().hex,
+            "awaiting_provider": False,
+            "recheck_id": None,
+        }
+        if counts_as_attempt:
+            sets |= {"attempts": ("attempts + :one", 1), "started_at": iso(now)}
         return self._transition(
             job,
             JobStatus.RUNNING,
             now,
             condition="#status = :running AND awaiting_provider = :true AND recheck_id = :check",
-            sets={
-                "lease_expires_at": iso(now + lease),
-                "claim_id": uuid.uuid4().hex,
-                "awaiting_provider": False,
-                "recheck_id": None,
-            },
+            sets=sets,
             values={":running": JobStatus.RUNNING.value, ":true": True, ":check": check},
             lost_race_returns_none=True,
         )
@@ -711,7 +717,7 @@ class JobStore:
                 "ConsistentRead": True,
             }
         if cursor:
-            query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id)
+            query["ExclusiveStartKey"] = _decode_cursor(cursor, user_id, query)
         jobs: list[Job] = []
         while True:
             if limit is not None:
@@ -1039,13 +1045,27 @@ def _encode_cursor(key: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str, user_id: str) -> dict[str, Any]:
-    """Decode a cursor and check it points into the caller's own rows."""
+def _decode_cursor(cursor: str, user_id: str, query: dict[str, Any]) -> dict[str, Any]:
+    """Decode a cursor and check it is a key of the very query it continues, in the caller's rows:
+    the same attributes (the table's, plus the index's for an index query), the same partition."""
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise MalformedRequestError("cursor is not valid", code="invalid_cursor") from None
-    owner = user_pk(user_id)
-    if not isinstance(key, dict) or key.get(PK) != owner or not all(isinstance(v, str) for v in key.values()):
+    values = query["ExpressionAttributeValues"]
+    on_index = "IndexName" in query
+    wanted = {PK, SK, "gsi1pk", "gsi1sk"} if on_index else {PK, SK}
+    valid = (
+        isinstance(key, dict)
+        and set(key) == wanted
+        and all(isinstance(value, str) for value in key.values())
+        and key[PK] == user_pk(user_id)
+        and (
+            key["gsi1pk"] == values[":pk"]
+            if on_index
+            else key[SK].startswith(str(values.get(":job") or values.get(":children")))
+        )
+    )
+    if not valid:
         raise MalformedRequestError("cursor is not valid", code="invalid_cursor")
-    return key
+    return dict(key)
