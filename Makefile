@@ -11,7 +11,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: bootstrap test lint format typecheck pytest dev demo synth deps-layer deploy lock clean
 
+## Tools (venv, node_modules), then the Lambda dependency layer's cache (pip, once per lock; a
+## failure here is not fatal: synth builds the layer itself or fails saying what to do).
 bootstrap: $(BIN)/.bootstrapped node_modules/.bootstrapped
+	-@$(BIN)/python scripts/build_deps_layer.py --quiet
 
 $(BIN)/.bootstrapped: requirements/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +27,8 @@ node_modules/.bootstrapped: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-## The whole test suite: lint, types, unit + integration + infra tests.
-test: bootstrap lint typecheck pytest fuzz
+## The whole test suite: lint, types, unit + integration + infra tests, API fuzzing, `sam validate --lint`.
+test: bootstrap lint typecheck pytest fuzz sam-validate
 
 lint: bootstrap
 	$(BIN)/ruff check .
@@ -60,16 +63,18 @@ $(FUZZ_VENV)/.bootstrapped-$(SCHEMATHESIS_VERSION):
 dev: bootstrap
 	$(BIN)/aijobs dev --port $(or $(PORT),8080) --info-file .aijobs/local.json
 
-## Synthesize the stage's template into cdk.out/ (no AWS account, network or Docker needed).
+## Synthesize the stage's template into cdk.out/ (no AWS account or Docker; with the dependency
+## layer cached, no network either). Plain `npx cdk synth`/`deploy` build the layer the same way.
 synth: bootstrap
 	npx cdk synth --no-notices -q -c stage=$(STAGE)
 
-## Build the Lambda dependency layer with pip's cross-platform options (never Docker).
+## Build the Lambda dependency layer into .cache/deps-layer/ with pip's cross-platform options
+## (never Docker); REBUILD=1 ignores the cache.
 deps-layer: bootstrap
-	$(BIN)/python scripts/build_deps_layer.py
+	$(BIN)/python scripts/build_deps_layer.py $(if $(REBUILD),--rebuild)
 
 deploy: deps-layer
-	npx cdk deploy --no-notices -c stage=$(STAGE) -c requireDepsLayer=true
+	npx cdk deploy --no-notices -c stage=$(STAGE)
 
 ## Re-pin requirements/dev.txt from requirements/dev.in in a throwaway venv.
 lock:
@@ -92,3 +97,46 @@ soak: bootstrap
 clean:
 	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache .coverage
 	rm -rf $(FUZZ_VENV)
+	rm -rf $(SAM_VENV)
+
+## `sam local invoke` (README "sam local invoke"): the --env-vars file with each function's real
+## resource names. sam-env: the deployed stage aijobs-$(STAGE) (credentials from AWS_PROFILE /
+## AWS_REGION); sam-env-local: the running `make dev` stack (ENDPOINT_HOST=127.0.0.1 with
+## `sam local invoke --docker-network host` on Linux). Both synthesize first: names follow the template.
+.PHONY: sam-cli sam-env sam-env-local sam-validate
+SAM_VENV := .venv-sam
+SAM_VERSION := 1.170.0
+SAM_ENV_FILE := .aijobs/sam-env.json
+SAM_OUT := build/sam
+sam-env: synth
+	$(BIN)/python -m aijobs_cli.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
+	  --stack aijobs-$(STAGE) --out $(SAM_ENV_FILE)
+
+sam-env-local: synth
+	$(BIN)/python -m aijobs_cli.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
+	  --info-file .aijobs/local.json --out $(SAM_ENV_FILE) $(if $(ENDPOINT_HOST),--endpoint-host $(ENDPOINT_HOST))
+
+## `sam validate --lint` on the dev and prod templates (CI runs it in `make test`). Only CDK's own
+## redundant-DependsOn warning (W3005) is filtered: scripts/sam_validate.py. The SAM CLI lives in
+## its own venv (.venv-sam): its pins (boto3, pydantic, click) clash with the project's.
+## Both stages synthesize in parallel (each is mostly one single-threaded jsii/node process).
+sam-validate: bootstrap sam-cli
+	$(MAKE) --no-print-directory -j2 sam-synth-dev sam-synth-prod
+	$(BIN)/python scripts/sam_validate.py --sam $(SAM_VENV)/bin/sam \
+	  $(SAM_OUT)/dev/aijobs-dev.template.json $(SAM_OUT)/prod/aijobs-prod.template.json
+
+.PHONY: sam-synth-dev sam-synth-prod
+sam-synth-dev:
+	npx cdk synth --no-notices -q -c stage=dev -o $(SAM_OUT)/dev
+# Production refuses to synthesize without an alert destination: any address does for linting.
+sam-synth-prod:
+	npx cdk synth --no-notices -q -c stage=prod -c ALERT_EMAIL=ops@example.com -o $(SAM_OUT)/prod
+
+sam-cli: $(SAM_VENV)/.bootstrapped-$(SAM_VERSION)
+
+$(SAM_VENV)/.bootstrapped-$(SAM_VERSION):
+	rm -rf $(SAM_VENV) && $(PYTHON) -m venv $(SAM_VENV)
+	echo '*' > $(SAM_VENV)/.gitignore
+	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/pip install --quiet "aws-sam-cli==$(SAM_VERSION)"
+	touch $@

@@ -6,6 +6,7 @@ import sys
 
 from aijobs.stage_config import ConfigError
 from aijobs_cdk.app_factory import build_app
+from aijobs_cdk.deps_layer import DepsLayerBuildError
 
 
 def main() -> None:
@@ -13,6 +14,8 @@ def main() -> None:
         app, _stack, _config = build_app()
     except ConfigError as error:
         sys.exit(f"aijobs: invalid stage configuration: {error}")
+    except DepsLayerBuildError as error:
+        sys.exit(f"aijobs: {error}")
     app.synth()
 
 

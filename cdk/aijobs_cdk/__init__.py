@@ -6,9 +6,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 CODE_LAYER_DIR = REPO_ROOT / "layers" / "aijobs"
 DEPS_REQUIREMENTS = REPO_ROOT / "layers" / "deps" / "requirements.txt"
-# Written by scripts/build_deps_layer.py (never by Docker); absent until that script has run.
-DEPS_LAYER_BUILD_DIR = REPO_ROOT / "build" / "deps-layer"
-# The Lambda Python runtime; the dependency layer is built for exactly this version.
+# Built dependency layers, one folder per lock hash (aijobs_cdk.deps_layer); AIJOBS_DEPS_LAYER_CACHE
+# points elsewhere (e.g. at a layer built on a machine with network access).
+DEPS_LAYER_CACHE_DIR = REPO_ROOT / ".cache" / "deps-layer"
+# The Lambda Python runtime and architecture of every function; the dependency layer is built for
+# exactly these (lambda_defaults derives RUNTIME and ARCHITECTURE from them).
 LAMBDA_PYTHON_VERSION = "3.14"
-# Lambda arm64 (Graviton) runs on Amazon Linux 2023 (glibc 2.34): these wheel platforms fit it.
-LAMBDA_WHEEL_PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64")
+LAMBDA_ARCHITECTURE = "arm64"
+_WHEEL_MACHINE = {"arm64": "aarch64", "x86_64": "x86_64"}[LAMBDA_ARCHITECTURE]
+# Lambda's Python 3.12+ runtimes run on Amazon Linux 2023 (glibc 2.34): these wheel platforms fit it.
+LAMBDA_WHEEL_PLATFORMS = (f"manylinux2014_{_WHEEL_MACHINE}", f"manylinux_2_28_{_WHEEL_MACHINE}")

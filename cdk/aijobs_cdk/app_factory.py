@@ -26,12 +26,10 @@ def build_app(
     stage = str(app.node.try_get_context("stage") or DEFAULT_STAGE)
     overrides = {key: value for key in KNOWN_KEYS if (value := app.node.try_get_context(key)) is not None}
     config = load_stage_config(stage, overrides, env_dir=env_dir)
-    require_deps_layer = str(app.node.try_get_context("requireDepsLayer") or "").lower() == "true"
     stack = AijobsStack(
         app,
         stack_name(stage),
         config=config,
-        require_deps_layer=require_deps_layer,
         description=f"aijobs ({stage}): asynchronous AI jobs on SQS, Lambda and DynamoDB",
     )
     cdk.Tags.of(app).add("app", "aijobs")

@@ -597,9 +597,12 @@ class LocalStack:
             for cron in self.config.crons:
                 if cron.matches(minute):
                     try:
-                        self.fire_cron(cron.text, minute)
-                    except Exception as error:  # the dispatcher already logged and alerted
+                        outcome = self.fire_cron(cron.text, minute)
+                    except Exception as error:  # the invocation itself failed
                         self.log(f"cron '{cron.text}' failed: {type(error).__name__}: {error}")
+                        continue
+                    if outcome.get("status") == "failed":  # the dispatcher logged and alerted
+                        self.log(f"cron '{cron.text}' failed: {outcome.get('error')}")
 
     def _spawn(self, name: str, target: Callable[..., Any], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)

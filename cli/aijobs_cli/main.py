@@ -906,6 +906,45 @@ def _usage_pairs(pairs: list[str]) -> dict[str, float]:
     return usage
 
 
+# --- sam local invoke ----------------------------------------------------------------------------
+
+
+@app.command("sam-env")
+def sam_env(
+    template: Annotated[
+        Path, typer.Option("--template", help="synthesized template, e.g. cdk.out/aijobs-dev.template.json")
+    ],
+    out_file: Annotated[Path, typer.Option("--out", help="the --env-vars file to write")] = Path(
+        ".aijobs/sam-env.json"
+    ),
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    endpoint_host: Annotated[
+        str,
+        typer.Option(
+            "--endpoint-host",
+            help="how a SAM container reaches this machine (127.0.0.1 with `--docker-network host`)",
+        ),
+    ] = "host.docker.internal",
+) -> None:
+    """Write the `sam local invoke --env-vars` file: each function's environment with real names,
+    from a deployed stack (--stack) or the local stack (--info-file, the default)."""
+    from aijobs_cli import sam_env as env_file
+
+    if stack and info_file:
+        raise _fail("pass --stack NAME or --info-file FILE, not both")
+    try:
+        written = env_file.generate(
+            template, out_file, stack=stack, profile=profile, region=region,
+            info_file=None if stack else (info_file or DEFAULT_INFO), endpoint_host=endpoint_host,
+        )  # fmt: skip
+    except env_file.SamEnvError as error:
+        raise _fail(str(error)) from None
+    out.print(escape(env_file.usage(written)))
+
+
 # --- demo ----------------------------------------------------------------------------------------
 
 DEMO_MIX: list[tuple[str, str, str]] = [

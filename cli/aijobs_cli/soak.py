@@ -626,9 +626,12 @@ def run_soak(
 
         def fire(slot: int) -> None:
             try:
-                results[slot] = target.fire_cron(expression, scheduled)
+                result = results[slot] = target.fire_cron(expression, scheduled)
             except Exception as error:
                 errors.append(f"{expression} @ {scheduled:%H:%M:%S}: {type(error).__name__}: {error}")
+                return
+            if result is not None and result.get("status") == "failed":  # handled by the dispatcher
+                errors.append(f"{expression} @ {scheduled:%H:%M:%S}: {result.get('error')}")
 
         threads = [threading.Thread(target=fire, args=(slot,)) for slot in (0, 1)]
         for thread in threads:

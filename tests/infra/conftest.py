@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from aws_cdk.assertions import Template
 
+from aijobs_cdk import deps_layer
 from aijobs_cdk.app_factory import build_app
 from tests.infra.template import Synth, cli_context
+
+
+@pytest.fixture(scope="session", autouse=True)
+def deps_layer_cache() -> Path:
+    """The dependency layer, built once (pip, only on a cold cache): every synth links it from there."""
+    return deps_layer.ensure_built()
 
 
 def _synth(tmp_path_factory: pytest.TempPathFactory, context: dict[str, object]) -> Synth:
@@ -23,9 +32,16 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     return _synth(tmp_path_factory, {})
 
 
+# The shipped `.env.prod` has no alert destination (a production stage refuses to synthesize
+# without one): pass one as `cdk synth -c stage=prod -c ALERT_EMAIL=...` would.
+PROD_ALERT_EMAIL = "ops@example.com"
+# An existing topic instead of a created one (ALERT_TOPIC_ARN), on the `capped` stage.
+EXTERNAL_TOPIC_ARN = "arn:aws:sns:us-east-1:123456789012:team-pager"
+
+
 @pytest.fixture(scope="session")
 def prod(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    return _synth(tmp_path_factory, {"stage": "prod"})
+    return _synth(tmp_path_factory, {"stage": "prod", "ALERT_EMAIL": PROD_ALERT_EMAIL})
 
 
 @pytest.fixture(scope="session")
@@ -55,5 +71,6 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "KIND_PROVIDERS": "embedding=openai",
             "OPENAI_SECRET_NAME": "aijobs/openai-key",
             "KIND_ALLOWED_MODELS": "summary=amazon.nova-pro-v1:0",
+            "ALERT_TOPIC_ARN": EXTERNAL_TOPIC_ARN,
         },
     )

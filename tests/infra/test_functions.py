@@ -9,6 +9,7 @@ import pytest
 
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
 from aijobs_cdk.constructs.model_access import POLLY_ACTIONS
+from aijobs_cdk.constructs.schedules import INVOKE_RETRY_ATTEMPTS
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
@@ -106,9 +107,12 @@ def test_no_policy_grants_a_bare_wildcard_except_unscopable_actions(dev: Synth) 
                 assert set(actions) <= UNSCOPED_ACTIONS, (logical_id, actions)
 
 
-def test_cron_dispatcher_is_not_retried_by_lambda(dev: Synth) -> None:
+def test_cron_dispatcher_retries_only_a_crashed_invocation_a_bounded_number_of_times(dev: Synth) -> None:
+    # A failed run is handled (and alerted) by the dispatcher itself and returns normally; only an
+    # invocation that crashed is retried, then dead-lettered (test_schedules_dead_letters.py).
     (config,) = dev.resources("AWS::Lambda::EventInvokeConfig").values()
-    assert config["Properties"]["MaximumRetryAttempts"] == 0
+    assert config["Properties"]["MaximumRetryAttempts"] == INVOKE_RETRY_ATTEMPTS <= 2
+    assert "OnFailure" in config["Properties"]["DestinationConfig"]
     (dispatcher_id,) = dev.functions_by_handler("cron_dispatcher.handler.handler")
     assert config["Properties"]["FunctionName"] == {"Ref": dispatcher_id}
 

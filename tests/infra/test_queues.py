@@ -13,10 +13,11 @@ pytestmark = pytest.mark.infra
 
 
 def _main_queues(synth: Synth) -> dict[str, dict[str, Any]]:
+    names = {queue_resource_name(synth.config.stage, kind) for kind in synth.config.queue_names}
     return {
         logical_id: resource["Properties"]
         for logical_id, resource in synth.resources("AWS::SQS::Queue").items()
-        if "RedrivePolicy" in resource["Properties"]
+        if resource["Properties"]["QueueName"] in names
     }
 
 

@@ -110,8 +110,9 @@ def test_missing_or_invalid_retention_fails_the_run_loudly(
     ledger = _user(stage)
     ledger.grant("alice", 5, stage.clock() + timedelta(minutes=1))
     stage.clock.advance(120)
-    with pytest.raises(RetentionConfigError):
-        dispatch({"cron": "*/10 * * * *"}, _ctx(stage), SCHEDULED_HANDLERS)
+    result = dispatch({"cron": "*/10 * * * *"}, _ctx(stage), SCHEDULED_HANDLERS)
+    assert result["status"] == "failed"
+    assert result["error"].startswith(RetentionConfigError.__name__)
     assert ledger.account("alice").balance == 5  # no fallback: nothing ran
     (alert,) = stage.receive(inbox)
     assert "RetentionConfigError" in json.loads(json.loads(alert["Body"])["Message"])["error"]

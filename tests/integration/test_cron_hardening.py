@@ -81,8 +81,9 @@ def test_a_duplicate_delivered_while_the_first_still_runs_is_skipped(stage: Stag
 
 def test_a_failed_run_can_be_retried_but_a_succeeded_one_cannot(stage: Stage) -> None:
     # No retention configured: the run fails loudly, and gives its claim back.
-    with pytest.raises(Exception, match="retention"):
-        _fire(stage, "2026-11-29T09:10:00Z")
+    failed = _fire(stage, "2026-11-29T09:10:00Z")
+    assert failed["status"] == "failed"
+    assert "retention" in failed["error"]
     write_retention(_meta(stage), credit_tx_retention_days=90, ai_task_retention_days=30)
     assert _fire(stage, "2026-11-29T09:10:00Z")["status"] == "ok"  # the scheduler's retry runs
     assert _fire(stage, "2026-11-29T09:10:00Z")["status"] == "duplicate"

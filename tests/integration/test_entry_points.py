@@ -119,7 +119,7 @@ def test_each_job_logs_structured_lines_with_its_id_as_correlation_id(
     assert {"service", "kind"} <= set(names["JobsSucceeded"]["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0])
 
 
-# Every sample event and the entry point that `sam local invoke` would run it with.
+# A sample event per entry point, and the entry point that `sam local invoke` would run it with.
 EVENT_HANDLERS = {
     "api-post-jobs.json": "api",
     "api-get-job.json": "api",
@@ -138,7 +138,9 @@ def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch
     from aijobs.scheduled.maintenance import write_retention
     from tests.integration.harness import EVENTS
 
-    assert {path.name for path in EVENTS.glob("*.json")} == set(EVENT_HANDLERS)
+    # One event per entry point here; test_events.py runs every file of events/ (and derives
+    # which ones must exist from the stage configuration and the API's routes).
+    assert set(EVENT_HANDLERS) <= {path.name for path in EVENTS.glob("*.json")}
     resources = stage.resources
     env = {
         **resources.api_env(),

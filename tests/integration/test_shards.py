@@ -67,8 +67,10 @@ def test_grants_expire_on_every_shard(stage: Stage) -> None:
 def test_a_registered_shard_that_is_no_longer_configured_fails_the_run_loudly(stage: Stage) -> None:
     write_retention(_meta(stage), credit_tx_retention_days=90, ai_task_retention_days=30)
     _meta(stage).put_item(Item={PK: SHARD_PK, SK: "31", "status": "active"})  # SHARD_COUNT was lowered
-    with pytest.raises(OrphanedShardError, match=r"\[31\]"):
-        _fire(stage, "2026-11-29T09:10:00Z")
+    result = _fire(stage, "2026-11-29T09:10:00Z")
+    assert result["status"] == "failed"  # logged, counted and alerted by the dispatcher
+    assert result["error"].startswith(OrphanedShardError.__name__)
+    assert "[31]" in result["error"]
 
 
 def test_the_sweeper_visits_every_shard(stage: Stage) -> None:

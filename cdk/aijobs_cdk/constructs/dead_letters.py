@@ -5,13 +5,42 @@ from __future__ import annotations
 from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import StageConfig
-from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, JobQueue
+from aijobs.stage_config import StageConfig, resource_prefix
+from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, DLQ_RETENTION, JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.nag import acknowledge
 
 DLQ_HANDLER = "dlq_consumer.handler.handler"
+PARKING_SUFFIX = "-dlq-parking"
+# Receives the DLQ consumer gets at a dead letter before SQS parks it. Added to the main queue's
+# maxReceiveCount: a message SQS itself dead-lettered may keep its receive count in the DLQ.
+DLQ_CONSUMER_RECEIVES = 5
+
+
+class DeadLetterParking(Construct):
+    """Where a dead letter goes when the DLQ consumer itself cannot handle it (its own failure),
+    instead of being retried until the DLQ's retention silently drops it. Nothing consumes this
+    queue: an alarm watches its depth and an operator inspects and drains it (README, "Operating
+    the DLQ")."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
+        super().__init__(scope, construct_id)
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            queue_name=resource_prefix(config.stage) + PARKING_SUFFIX,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # SQS counts retention from a message's first enqueue, so keep the longest allowed.
+            retention_period=DLQ_RETENTION,
+        )
+        acknowledge(self.queue, "AwsSolutions-SQS3", "This queue is the dead-letter queue of the DLQs")
+        self.redrive = sqs.DeadLetterQueue(
+            queue=self.queue, max_receive_count=config.max_receive_count + DLQ_CONSUMER_RECEIVES
+        )
 
 
 class DeadLetters(Construct):

@@ -33,7 +33,9 @@ class JobQueue(Construct):
         kind: str,
         functions: LambdaDefaults,
         environment: dict[str, str],
+        dlq_redrive: sqs.DeadLetterQueue | None = None,
     ) -> None:
+        """`dlq_redrive`: where the DLQ sends a letter its own consumer keeps failing (parking)."""
         super().__init__(scope, construct_id)
         self.kind = kind
         name = queue_resource_name(config.stage, kind)
@@ -47,6 +49,7 @@ class JobQueue(Construct):
             visibility_timeout=Duration.seconds(
                 6 * int(DLQ_CONSUMER_TIMEOUT.to_seconds()) + config.batch_window_seconds
             ),
+            dead_letter_queue=dlq_redrive,
         )
         acknowledge(
             self.dlq,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
-from aws_cdk import Annotations, Duration, RemovalPolicy
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, ILocalBundling, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -14,20 +16,39 @@ from aijobs.observability import METRICS_NAMESPACE, service_name
 from aijobs.stage_config import StageConfig
 from aijobs_cdk import (
     CODE_LAYER_DIR,
-    DEPS_LAYER_BUILD_DIR,
     DEPS_REQUIREMENTS,
     FUNCTIONS_DIR,
+    LAMBDA_ARCHITECTURE,
     LAMBDA_PYTHON_VERSION,
+    deps_layer,
 )
+from aijobs_cdk.deps_layer import DepsLayerBuildError
 from aijobs_cdk.nag import acknowledge
 
 RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, "PYTHON_" + LAMBDA_PYTHON_VERSION.replace(".", "_"))
-ARCHITECTURE = lambda_.Architecture.ARM_64
+_ARCHITECTURES = {"arm64": lambda_.Architecture.ARM_64, "x86_64": lambda_.Architecture.X86_64}
+ARCHITECTURE = _ARCHITECTURES[LAMBDA_ARCHITECTURE]
 _ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.mypy_cache"]
 
 
-def deps_layer_is_built() -> bool:
-    return (DEPS_LAYER_BUILD_DIR / "python").is_dir()
+@jsii.implements(ILocalBundling)
+class _PipDepsLayer:
+    """CDK local bundling of the dependency layer: pip (through the layer cache), never Docker.
+
+    CDK calls `try_bundle` only when `cdk.out` lacks the asset for the current layer hash. A build
+    failure is kept here because it reaches CDK's caller as a generic jsii RuntimeError.
+    """
+
+    def __init__(self) -> None:
+        self.failure: DepsLayerBuildError | None = None
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: object) -> bool:
+        try:
+            deps_layer.stage(Path(output_dir))
+        except DepsLayerBuildError as error:
+            self.failure = error
+            raise
+        return True  # never fall back to Docker
 
 
 class LambdaDefaults(Construct):
@@ -37,9 +58,7 @@ class LambdaDefaults(Construct):
     retention; callers grant access with `grant_*` on the returned function.
     """
 
-    def __init__(
-        self, scope: Construct, construct_id: str, *, config: StageConfig, require_deps_layer: bool
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)
         self._config = config
         self._code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=_ASSET_EXCLUDES)
@@ -51,30 +70,35 @@ class LambdaDefaults(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="aijobs shared library (layers/aijobs/python/aijobs)",
         )
-        self.layers = [self._deps_layer(require_deps_layer), code_layer]
+        self.layers = [self._deps_layer(), code_layer]
 
-    def _deps_layer(self, require_built: bool) -> lambda_.LayerVersion:
-        if deps_layer_is_built():
-            code = lambda_.Code.from_asset(str(DEPS_LAYER_BUILD_DIR))
-        else:
-            # Synth and tests work without the build; a deploy must not (see README, "Deploy").
-            message = (
-                "dependency layer not built: run `make deps-layer` (pip cross-platform install, no Docker) "
-                "before deploying; this synth packages only its requirements file"
-            )
-            if require_built:
-                Annotations.of(self).add_error(message)
-            else:
-                Annotations.of(self).add_warning_v2("aijobs:depsLayerMissing", message)
-            code = lambda_.Code.from_asset(str(DEPS_REQUIREMENTS.parent))
-        return lambda_.LayerVersion(
-            self,
-            "DepsLayer",
-            code=code,
-            compatible_runtimes=[RUNTIME],
-            compatible_architectures=[ARCHITECTURE],
-            description="aijobs third-party dependencies (layers/deps/requirements.txt)",
+    def _deps_layer(self) -> lambda_.LayerVersion:
+        """The pinned third-party packages, built for RUNTIME and ARCHITECTURE by pip at synth time.
+
+        The custom asset hash (lock + pip options) lets CDK skip bundling while it is unchanged; a
+        layer that cannot be built raises DepsLayerBuildError: there is no layer without packages.
+        """
+        bundling = _PipDepsLayer()
+        code = lambda_.Code.from_asset(
+            str(DEPS_REQUIREMENTS.parent),
+            asset_hash_type=AssetHashType.CUSTOM,
+            asset_hash=deps_layer.layer_hash(),
+            # The image is only a required placeholder: local bundling always succeeds or raises.
+            bundling=BundlingOptions(image=RUNTIME.bundling_image, local=bundling),
         )
+        try:
+            return lambda_.LayerVersion(
+                self,
+                "DepsLayer",
+                code=code,
+                compatible_runtimes=[RUNTIME],
+                compatible_architectures=[ARCHITECTURE],
+                description="aijobs third-party dependencies (layers/deps/requirements.txt)",
+            )
+        except RuntimeError:
+            if bundling.failure is not None:
+                raise bundling.failure from None
+            raise
 
     def function(
         self,

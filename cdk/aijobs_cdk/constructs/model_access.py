@@ -3,8 +3,8 @@
 Per kind (aijobs.provider_plan): Bedrock kinds get `bedrock:InvokeModel` (Converse included) on
 their default and allow-listed models only — foundation-model ARNs, or for a cross-region
 inference profile the profile plus the foundation model it routes to in any region; video kinds
-also start and read their own asynchronous invocations. Polly kinds get Polly's synthesis
-actions, OpenAI-compatible kinds read only the stage's key secret.
+also read their own asynchronous invocations (`InvokeModel` is what starts one). Polly kinds get
+Polly's synthesis actions, OpenAI-compatible kinds read only the stage's key secret.
 """
 
 from __future__ import annotations
@@ -49,10 +49,9 @@ class ModelAccess(Construct):
     def _statements(self, plan: KindPlan, secret_name: str | None) -> list[iam.PolicyStatement]:
         if plan.provider == "bedrock":
             models = sorted({arn for model in plan.choosable_models for arn in self.model_arns(model)})
-            actions = ["bedrock:InvokeModel"]
-            if plan.kind in ASYNC_KINDS:
-                actions.append("bedrock:StartAsyncInvoke")
-            statements = [iam.PolicyStatement(actions=actions, resources=models)]
+            # `StartAsyncInvoke` is authorized by `bedrock:InvokeModel` on the model: IAM has no
+            # `bedrock:StartAsyncInvoke` action (cfn-lint W3037 flags one).
+            statements = [iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=models)]
             if plan.kind in ASYNC_KINDS:
                 statements.append(
                     iam.PolicyStatement(actions=["bedrock:GetAsyncInvoke"], resources=[self._async_invokes()])

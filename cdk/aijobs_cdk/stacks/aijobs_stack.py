@@ -13,7 +13,8 @@ from aijobs.provider_plan import CLASSIFY
 from aijobs.stage_config import StageConfig
 from aijobs_cdk.constructs.alerts import Alerts
 from aijobs_cdk.constructs.api import Api
-from aijobs_cdk.constructs.dead_letters import DeadLetters
+from aijobs_cdk.constructs.dashboard import Dashboard
+from aijobs_cdk.constructs.dead_letters import DeadLetterParking, DeadLetters
 from aijobs_cdk.constructs.job_queue import JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.model_access import ModelAccess
@@ -33,21 +34,22 @@ class AijobsStack(Stack):
         construct_id: str,
         *,
         config: StageConfig,
-        require_deps_layer: bool = False,
         authorizer: apigw.IHttpRouteAuthorizer | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        functions = LambdaDefaults(self, "Functions", config=config, require_deps_layer=require_deps_layer)
+        # First: a production stage without an alert destination fails before any bundling.
+        alerts = Alerts(self, "Alerts", config=config)
+        functions = LambdaDefaults(self, "Functions", config=config)
         tables = Tables(self, "Tables", config=config)
         storage = JobStorage(self, "Storage", config=config)
-        alerts = Alerts(self, "Alerts", config=config)
 
         table_env = {
             "META_TABLE_NAME": tables.meta.table_name,
             "SHARD_TABLE_NAMES": Fn.join(",", [shard.table_name for shard in tables.shards]),
         }
         alert_env = {"ALERT_TOPIC_ARN": alerts.topic.topic_arn}
+        parking = DeadLetterParking(self, "DlqParking", config=config)
 
         queues = [
             JobQueue(
@@ -57,6 +59,7 @@ class AijobsStack(Stack):
                 kind=kind,
                 functions=functions,
                 environment={**table_env, **alert_env, "BUCKET_NAME": storage.bucket.bucket_name},
+                dlq_redrive=parking.redrive,
             )
             for kind in config.queue_names
         ]
@@ -112,14 +115,47 @@ class AijobsStack(Stack):
                 **config.cron_settings_env(),
             },
         )
-        # A failed run is not retried by Lambda: the next scheduled run is the retry, and the
-        # failure itself alerts (a retry would repeat the alert, not the fix).
-        dispatcher.configure_async_invoke(retry_attempts=0)
-        Schedules(self, "Schedules", config=config, dispatcher=dispatcher)
+        # Retries and the dead-letter queue of scheduled invocations: see the Schedules construct.
+        schedules = Schedules(self, "Schedules", config=config, dispatcher=dispatcher)
+
+        # Alarms (every one notifies the stage's topic) and the dashboard.
+        watched = {
+            "api": producer,
+            "dlq-consumer": dead_letters.consumer,
+            "cron-dispatcher": dispatcher,
+            **{f"{q.kind}-consumer": q.consumer for q in queues},
+        }
+        for name, fn in watched.items():
+            alerts.watch_function(name, fn)
+        alerts.watch_api(api.stage)
+        for job_queue in queues:
+            alerts.watch_queue(job_queue.kind, job_queue.queue, job_queue.dlq)
+        alerts.watch_parked(
+            parking.queue,
+            name="dlq-parking",
+            description="A dead letter the DLQ consumer could not handle was parked; see README, "
+            "'Operating the DLQ'",
+        )
+        if schedules.dead_letter_queue is not None:
+            alerts.watch_parked(
+                schedules.dead_letter_queue,
+                name="cron-dead-letters",
+                description="A scheduled cron invocation failed before the dispatcher could alert "
+                "(not delivered, import error, timeout or out of memory)",
+            )
+        Dashboard(
+            self,
+            "Dashboard",
+            config=config,
+            queues=queues,
+            api=api.stage,
+            functions=watched,
+            parking=parking.queue,
+            cron_dead_letters=schedules.dead_letter_queue,
+        )
 
         # Grants: each function gets what its role needs, through grant_* only.
         for job_queue in queues:
-            alerts.watch_queue(job_queue.kind, job_queue.queue)
             job_queue.queue.grant_send_messages(producer)
             job_queue.queue.grant_send_messages(dispatcher)
         for fn in (producer, dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
@@ -183,3 +219,6 @@ class AijobsStack(Stack):
             CfnOutput(self, f"DlqUrl{binding}", value=job_queue.dlq.queue_url)
             CfnOutput(self, f"ConsumerFunction{binding}", value=job_queue.consumer.function_name)
         CfnOutput(self, "CronDispatcherFunction", value=dispatcher.function_name)
+        CfnOutput(self, "DlqParkingUrl", value=parking.queue.queue_url)
+        if schedules.dead_letter_queue is not None:
+            CfnOutput(self, "CronDeadLetterQueueUrl", value=schedules.dead_letter_queue.queue_url)

@@ -33,6 +33,7 @@ METRIC_FAILED_FINAL = "JobsFailedFinal"
 METRIC_DURATION = "JobDuration"
 METRIC_POISON = "PoisonMessages"
 METRIC_CONSUMER_PAUSED = "ConsumerPaused"
+METRIC_CRON_SUCCEEDED = "CronRunSucceeded"
 METRIC_CRON_FAILED = "CronRunFailed"
 METRIC_CRON_SKIPPED = "CronRunSkipped"
 # A second delivery of a schedule firing that already ran (or is running): skipped.
@@ -42,6 +43,31 @@ METRIC_CREDITS_EXPIRED = "CreditGrantsExpired"
 # USD a succeeded job spent on its model (aijobs.pricing), dimensions kind + model. CloudWatch has
 # no currency unit, so the unit is None and the value is dollars.
 METRIC_MODEL_SPEND = "ModelSpend"
+
+SERVICE_DIMENSION = "service"
+CRON_DIMENSION = "cron"
+MODEL_DIMENSION = "model"
+ACTION_DIMENSION = "action"
+# The dimensions each metric is emitted with besides `service` (which every metric carries).
+# CloudWatch treats another dimension set as another metric, so the dashboard graphs each metric
+# with exactly these; a unit test checks every `emit()` call against this table.
+METRIC_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    METRIC_ACCEPTED: (KIND_DIMENSION,),
+    METRIC_SUCCEEDED: (KIND_DIMENSION,),
+    METRIC_RETRIED: (KIND_DIMENSION, ERROR_CLASS_DIMENSION),
+    METRIC_FAILED_FINAL: (KIND_DIMENSION, ERROR_CLASS_DIMENSION),
+    METRIC_DEAD_LETTERED: (KIND_DIMENSION,),
+    METRIC_DURATION: (KIND_DIMENSION,),
+    METRIC_POISON: (KIND_DIMENSION,),
+    METRIC_CONSUMER_PAUSED: (KIND_DIMENSION,),
+    METRIC_MODEL_SPEND: (KIND_DIMENSION, MODEL_DIMENSION),
+    METRIC_CRON_SUCCEEDED: (CRON_DIMENSION,),
+    METRIC_CRON_FAILED: (CRON_DIMENSION,),
+    METRIC_CRON_DUPLICATE: (CRON_DIMENSION,),
+    METRIC_CRON_SKIPPED: (),
+    METRIC_SWEPT: (KIND_DIMENSION, ACTION_DIMENSION),
+    METRIC_CREDITS_EXPIRED: (),
+}
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"))
 
@@ -137,7 +163,7 @@ def emit(
     Honours POWERTOOLS_METRICS_DISABLED (the CLI keeps stdout for its own output)."""
     if os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
         return
-    dimensions = {"service": os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"), **dimensions}
+    dimensions = {SERVICE_DIMENSION: os.environ.get("POWERTOOLS_SERVICE_NAME", "aijobs"), **dimensions}
     if kind is not None:
         dimensions[KIND_DIMENSION] = kind
     if error_class is not None:

@@ -41,6 +41,8 @@ LEASE_MARGIN_SECONDS = 30
 _QUEUE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
 _STAGE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# A standard SNS topic (CloudWatch alarm actions cannot publish to FIFO topics).
+_TOPIC_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:sns:[a-z]{2}(?:-[a-z]+)+-[0-9]:[0-9]{12}:[A-Za-z0-9_-]{1,256}")
 _WHOLE_NUMBER = re.compile(r"-?[0-9]+")
 
 
@@ -88,6 +90,7 @@ DEFAULT_PRICE = 1
 OPTIONAL_KEYS = (
     "QUEUE_MAX_CONCURRENCY",
     "ALERT_EMAIL",
+    "ALERT_TOPIC_ARN",
     "PROVIDER",
     "KIND_PROVIDERS",
     "KIND_MODELS",
@@ -187,6 +190,8 @@ class StageConfig:
     auth_mode: str = "api_key"
     jwt_issuer_url: str | None = None
     jwt_audience: str | None = None
+    # An existing SNS topic that alarms and alerts go to instead of a topic the stack creates.
+    alert_topic_arn: str | None = None
 
     @property
     def is_production(self) -> bool:
@@ -345,6 +350,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         crons=tuple(crons),
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
+        alert_topic_arn=_topic_arn(values.get("ALERT_TOPIC_ARN")),
         provider=_default_provider(stage, values.get("PROVIDER")),
         kind_prices=_prices(values.get("KIND_PRICES"), queue_names),
         provider_plans=plans,
@@ -445,6 +451,30 @@ def _email(raw: str | None) -> str | None:
     if not _EMAIL.fullmatch(text):
         raise ConfigError(f"ALERT_EMAIL={text!r} is not an e-mail address")
     return text
+
+
+def _topic_arn(raw: str | None) -> str | None:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    if not _TOPIC_ARN.fullmatch(text):
+        raise ConfigError(
+            f"ALERT_TOPIC_ARN={text!r} is not a standard SNS topic ARN "
+            "(arn:aws:sns:<region>:<12-digit account>:<topic name>, not a FIFO topic)"
+        )
+    return text
+
+
+def check_alert_destination(config: StageConfig) -> None:
+    """A production stage must page someone: without ALERT_EMAIL or ALERT_TOPIC_ARN its alarms
+    and alerts would reach nobody, so refuse to build it."""
+    if config.is_production and not (config.alert_email or config.alert_topic_arn):
+        raise ConfigError(
+            f"stage {config.stage!r} is production and has no alert destination: set ALERT_EMAIL (an "
+            "address subscribed to the stage's alert topic) or ALERT_TOPIC_ARN (an existing SNS topic "
+            f"in the stack's account and region) in .env.{config.stage}, or pass one with "
+            "`-c ALERT_EMAIL=...`; otherwise alarms and failure alerts page nobody"
+        )
 
 
 def _default_provider(stage: str, raw: str | None) -> str:

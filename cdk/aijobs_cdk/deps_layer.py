@@ -1,0 +1,174 @@
+"""The Lambda dependency layer: the pinned lock installed by pip for Lambda's platform, cached by hash.
+
+No Docker: pip downloads the manylinux wheels for the functions' architecture and Python version
+directly (`--platform ... --only-binary=:all: --python-version ...`). Every dependency is pinned in
+layers/deps/requirements.txt and installed with `--no-deps`, so boto3/botocore (provided by the
+Lambda runtime) are never bundled, not even as aws-xray-sdk's dependency.
+
+A layer is built once per hash of the lock, the pip options and BUILD_FORMAT, into
+`<cache>/<hash>/python` (cache: `.cache/deps-layer/`, or `$AIJOBS_DEPS_LAYER_CACHE`). `cdk synth`
+stages it from there through local bundling (lambda_defaults), and CDK reuses `cdk.out/asset.<hash>`
+while the hash is unchanged: only a cache miss needs the package index. No AWS, no Docker.
+"""
+
+from __future__ import annotations
+
+import compileall
+import hashlib
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from aijobs_cdk import (
+    DEPS_LAYER_CACHE_DIR,
+    DEPS_REQUIREMENTS,
+    LAMBDA_ARCHITECTURE,
+    LAMBDA_PYTHON_VERSION,
+    LAMBDA_WHEEL_PLATFORMS,
+    REPO_ROOT,
+)
+
+CACHE_ENV = "AIJOBS_DEPS_LAYER_CACHE"
+# Bump when the steps after pip change what a layer holds (the pip options are part of the hash).
+BUILD_FORMAT = "2"
+
+
+class DepsLayerBuildError(Exception):
+    """The dependency layer could not be built: synth stops rather than ship functions without it."""
+
+
+def pip_options() -> list[str]:
+    """What makes pip install wheels for Lambda instead of for this machine."""
+    platforms = [option for platform in LAMBDA_WHEEL_PLATFORMS for option in ("--platform", platform)]
+    return [
+        "--no-deps", "--only-binary=:all:", "--implementation", "cp",
+        "--python-version", LAMBDA_PYTHON_VERSION, *platforms,
+    ]  # fmt: skip
+
+
+def pip_command(target: Path, requirements: Path = DEPS_REQUIREMENTS) -> list[str]:
+    """The pip invocation that installs the layer's wheels for Lambda into `target`."""
+    return [
+        sys.executable, "-m", "pip", "install", "--quiet", "--no-color", "--disable-pip-version-check",
+        *pip_options(), "--target", str(target), "-r", str(requirements),
+    ]  # fmt: skip
+
+
+def layer_hash(requirements: Path = DEPS_REQUIREMENTS) -> str:
+    """Identifies a layer's content: an unchanged lock for the same platform is never rebuilt."""
+    key = {"lock": requirements.read_text(), "pip": pip_options(), "format": BUILD_FORMAT}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get(CACHE_ENV)
+    return Path(configured).expanduser().resolve() if configured else DEPS_LAYER_CACHE_DIR
+
+
+def cached_layer(requirements: Path = DEPS_REQUIREMENTS, cache: Path | None = None) -> Path:
+    """Where this lock's layer lives (`<cache>/<hash>`, holding `python/`), whether built or not."""
+    return (cache or cache_dir()) / layer_hash(requirements)
+
+
+def ensure_built(requirements: Path = DEPS_REQUIREMENTS, cache: Path | None = None) -> Path:
+    """This lock's layer folder, built with pip first if the cache does not hold it yet."""
+    layer = cached_layer(requirements, cache)
+    if not (layer / "python").is_dir():
+        build(layer, requirements)
+    return layer
+
+
+def stage(output_dir: Path, requirements: Path = DEPS_REQUIREMENTS, cache: Path | None = None) -> None:
+    """Put the layer's `python/` into a CDK bundling output folder (built first on a cache miss)."""
+    layer = ensure_built(requirements, cache)
+    # Hard links: a staged asset is never modified, and linking ~1,200 files is ~7x faster than
+    # copying them (every synth of a fresh cdk.out stages the layer once).
+    shutil.copytree(layer / "python", output_dir / "python", copy_function=_link_or_copy)
+
+
+def build(destination: Path, requirements: Path = DEPS_REQUIREMENTS, *, replace: bool = False) -> Path:
+    """Install into a scratch folder, then rename it into place, so a failed build never leaves half
+    a layer (nor loses the one it would replace) and a concurrent build of the same hash is harmless."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".building-", dir=destination.parent))
+    try:
+        site = scratch / "python"
+        print(
+            f"aijobs: building the Lambda dependency layer (pip, Python {LAMBDA_PYTHON_VERSION} "
+            f"{LAMBDA_ARCHITECTURE}) into {_shown(destination)}",
+            file=sys.stderr,
+        )
+        _install(site, requirements, destination)
+        for pycache in list(site.rglob("__pycache__")):
+            shutil.rmtree(pycache)
+        _compile_if_possible(site)
+        if destination.exists() and (replace or not (destination / "python").is_dir()):
+            shutil.rmtree(destination)  # or an unfinished folder, e.g. from an interrupted copy by hand
+        try:
+            scratch.rename(destination)
+        except OSError:
+            if not (destination / "python").is_dir():
+                raise
+            # Another process finished the same build first: same hash, same content.
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return destination
+
+
+def _install(site: Path, requirements: Path, destination: Path) -> None:
+    try:
+        # A fixed command: this interpreter's pip, options from this module, paths from the repo.
+        command = pip_command(site, requirements)
+        result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+    except OSError as error:
+        failure = _failure(f"pip could not start ({error})", requirements, destination)
+        raise DepsLayerBuildError(failure) from error
+    if result.returncode != 0:
+        lines = (result.stderr + result.stdout).strip().splitlines()
+        shown = [line for line in lines if line.startswith("ERROR")] or lines[-10:]
+        detail = "\n".join("    " + line for line in shown)
+        raise DepsLayerBuildError(
+            _failure(f"pip exited with {result.returncode}:\n{detail}", requirements, destination)
+        )
+
+
+def _failure(cause: str, requirements: Path, destination: Path) -> str:
+    return (
+        f"cannot build the Lambda dependency layer (Python {LAMBDA_PYTHON_VERSION}, {LAMBDA_ARCHITECTURE}) "
+        f"from {_shown(requirements)}: {cause}\n"
+        "Synth stops rather than deploy functions without their packages. Either:\n"
+        "  - run `make deps-layer` (or this synth) once with network access to the package index;\n"
+        "    pip caches the layer and later synths need no network; or\n"
+        "  - copy a layer that `make deps-layer` built elsewhere from the same requirements file, or\n"
+        f"    set {CACHE_ENV} to the folder holding it. The layer for this lock is:\n"
+        f"    {_shown(destination)}/python"
+    )
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:  # another file system (e.g. cdk.out under /tmp), or links not supported
+        shutil.copy2(source, destination)
+
+
+def _compile_if_possible(site: Path) -> None:
+    """Ship .pyc files (Lambda cannot write them to /opt) when this Python matches the runtime."""
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running != LAMBDA_PYTHON_VERSION:
+        print(
+            f"aijobs: Python {running} cannot pre-compile for Lambda's {LAMBDA_PYTHON_VERSION}; "
+            "the layer ships sources only",
+            file=sys.stderr,
+        )
+        return
+    compileall.compile_dir(site, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)

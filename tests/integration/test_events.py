@@ -1,0 +1,313 @@
+"""Every function has a sample event in events/ (`sam local invoke -e`), and each one runs.
+
+What needs an event is derived, not listed: the queue kinds and crons of every shipped stage
+(`.env.<stage>`), and the API routes from the OpenAPI document the API serves. Each event is fed
+to its entry point against moto, as `sam local invoke` would run it, and must do its work.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from aijobs import runtime
+from aijobs.domain import Job, JobStatus
+from aijobs.providers.local import encode_png
+from aijobs.scheduled.maintenance import write_retention
+from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_name_from_resource
+from aijobs_cdk import REPO_ROOT
+from aijobs_cdk.stage import load_stage_config
+from aijobs_cli.esm import LambdaContext
+from aijobs_cli.resources import provision
+from tests.integration.harness import EVENTS, Clock, Stage, load_event
+
+pytestmark = pytest.mark.integration
+
+EVENT_NAMES = sorted(path.name for path in EVENTS.glob("*.json"))
+DEMO_USER = "user-demo"
+# The pipeline runs on the local provider here (no network); the adapters have their own tests.
+LOCAL_PROVIDERS = {
+    "PROVIDER": "local",
+    "KIND_PROVIDERS": "",
+    "KIND_MODELS": "",
+    "KIND_ALLOWED_MODELS": "",
+    "RETRY_BASE_DELAY_SECONDS": "0",
+}
+REPORT_TEXT = " ".join(
+    f"Section {n} explains how queues decouple accepting work from doing it, and why retries need a cap."
+    for n in range(1, 40)
+)
+# A valid job input per kind, as a client would submit it (image-caption's image is uploaded).
+KIND_INPUTS: dict[str, Any] = {
+    "summary": "Queues decouple accepting work from doing it. The consumer loads the row and runs it.",
+    "embedding": "vector me",
+    "image-generate": "a blue lake at dawn",
+    "tts-generate": "hello there",
+    "video-generate": {"prompt": "waves on a beach"},
+    "report": REPORT_TEXT,
+    "embedding-batch": {"texts": ["first document", "second document", "third document"]},
+    "image-batch": {"prompts": ["a red fox", "a green field"]},
+}
+
+
+@cache
+def shipped_stages() -> dict[str, StageConfig]:
+    """Every stage the repository ships a configuration for (`.env.dev`, `.env.prod`, ...)."""
+    names = sorted(path.name.removeprefix(".env.") for path in REPO_ROOT.glob(".env.*"))
+    return {name: load_stage_config(name) for name in names}
+
+
+def sqs_queue(event: dict[str, Any]) -> tuple[str, str] | None:
+    """(stage, queue resource name) an SQS event's records all come from; None if not SQS."""
+    records = event.get("Records")
+    if not records or any(record.get("eventSource") != "aws:sqs" for record in records):
+        return None
+    (arn,) = {record["eventSourceARN"] for record in records}
+    resource = arn.rsplit(":", 1)[-1]
+    stage = next((s for s in shipped_stages() if queue_name_from_resource(s, resource)), None)
+    assert stage is not None, f"{arn} names no queue of a shipped stage"
+    return stage, resource
+
+
+def consumer_events() -> dict[str, tuple[str, str]]:
+    """Event file -> (stage, kind) of the job queue it comes from (DLQ events excluded)."""
+    found = {}
+    for name in EVENT_NAMES:
+        queue = sqs_queue(load_event(name))
+        if queue is not None and not queue[1].endswith(DLQ_SUFFIX):
+            stage, resource = queue
+            found[name] = (stage, str(queue_name_from_resource(stage, resource)))
+    return found
+
+
+def dlq_events() -> list[str]:
+    return [
+        name
+        for name in EVENT_NAMES
+        if (queue := sqs_queue(load_event(name))) is not None and queue[1].endswith(DLQ_SUFFIX)
+    ]
+
+
+def cron_events() -> list[str]:
+    return [name for name in EVENT_NAMES if "cron" in load_event(name)]
+
+
+def api_events() -> list[str]:
+    return [name for name in EVENT_NAMES if load_event(name).get("version") == "2.0"]
+
+
+def test_every_event_file_is_for_one_of_the_functions() -> None:
+    claimed = set(consumer_events()) | set(dlq_events()) | set(cron_events()) | set(api_events())
+    assert set(EVENT_NAMES) - claimed == set()
+
+
+def test_every_queue_kind_of_every_shipped_stage_has_an_event_named_after_it() -> None:
+    events = consumer_events()
+    for stage, config in shipped_stages().items():
+        for kind in config.queue_names:
+            name = f"sqs-{kind}-batch.json"  # the README's `-e events/sqs-<kind>-batch.json`
+            assert name in events, f"{stage}: no sample event for the {kind} consumer ({name})"
+            event_stage, event_kind = events[name]
+            assert event_kind == kind, name
+            # The ARN names that kind's queue on a stage that has it (the consumer acknowledges
+            # records of any other queue without running them).
+            assert kind in shipped_stages()[event_stage].queue_names, name
+
+
+def test_the_dead_letter_consumer_has_an_event() -> None:
+    assert dlq_events(), "no sample event from a dead-letter queue (sqs-dlq-batch.json)"
+
+
+def test_every_cron_of_every_shipped_stage_has_an_event() -> None:
+    crons = {cron.text for config in shipped_stages().values() for cron in config.crons}
+    assert crons
+    assert crons <= {load_event(name)["cron"] for name in cron_events()}
+
+
+# --- each event through its entry point ------------------------------------------------------------
+
+
+@contextmanager
+def provisioned(stage_name: str) -> Iterator[Stage]:
+    """The stage's own queues and crons, on moto, with the local provider."""
+    with mock_aws():
+        runtime.reset_runtime()
+        config = load_stage_config(stage_name, LOCAL_PROVIDERS)
+        yield Stage(resources=provision(config), clock=Clock())
+    runtime.reset_runtime()
+
+
+def _use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+
+
+def _seed(stage: Stage, job_id: str, kind: str, status: JobStatus = JobStatus.QUEUED) -> Job:
+    stage.directory.ensure_user(DEMO_USER)
+    fields: dict[str, Any] = {}
+    if kind == "image-caption":
+        key = f"inputs/{DEMO_USER}/lake.png"
+        png = encode_png(4, 4, [b"\x20\x40\xe0" * 4] * 4)
+        boto3.client("s3").put_object(Bucket=stage.resources.bucket, Key=key, Body=png)
+        fields["input_ref"] = key
+    else:
+        assert kind in KIND_INPUTS, f"add a sample job input for kind {kind!r} to KIND_INPUTS"
+        fields["input"] = KIND_INPUTS[kind]
+    now = stage.clock()
+    job = Job(
+        job_id=job_id,
+        user_id=DEMO_USER,
+        kind=kind,
+        status=status,
+        provider="local",
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+    stage.store_for(DEMO_USER).create(job)
+    return job
+
+
+def _handler(role: str) -> Any:
+    return importlib.import_module(f"{role}.handler").handler
+
+
+@pytest.mark.parametrize("name", sorted(consumer_events()))
+def test_each_consumer_event_runs_its_jobs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    stage_name, kind = consumer_events()[name]
+    event = load_event(name)
+    with provisioned(stage_name) as stage:
+        jobs = [_seed(stage, json.loads(r["body"])["jobId"], kind) for r in event["Records"]]
+        _use_env(monkeypatch, stage.resources.consumer_env(kind))
+        response = _handler("queue_consumer")(event, LambdaContext(f"aijobs-{stage_name}-consumer-{kind}"))
+        assert response == {"batchItemFailures": []}
+        rows = [stage.job(job) for job in jobs]
+    # Ran, not merely acknowledged: a record from a queue the function does not serve would leave
+    # the row queued. A workflow parent now waits for its children; video polls its task.
+    assert all(row.attempts == 1 for row in rows), [(row.status, row.last_error_message) for row in rows]
+    assert all(row.status in (JobStatus.SUCCEEDED, JobStatus.RUNNING) for row in rows), [
+        (row.status, row.last_error_message) for row in rows
+    ]
+
+
+@pytest.mark.parametrize("name", dlq_events())
+def test_each_dead_letter_event_finalizes_its_jobs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    event = load_event(name)
+    queue = sqs_queue(event)
+    assert queue is not None
+    stage_name, resource = queue
+    kind = str(queue_name_from_resource(stage_name, resource))
+    with provisioned(stage_name) as stage:
+        jobs = [
+            _seed(stage, json.loads(r["body"])["jobId"], kind, JobStatus.RUNNING) for r in event["Records"]
+        ]
+        _use_env(monkeypatch, stage.resources.dlq_env())
+        response = _handler("dlq_consumer")(event, LambdaContext(f"aijobs-{stage_name}-dlq-consumer"))
+        assert response == {"batchItemFailures": []}
+        assert [stage.job(job).status for job in jobs] == [JobStatus.FAILED_FINAL] * len(jobs)
+
+
+@pytest.mark.parametrize("name", cron_events())
+def test_each_cron_event_runs_its_scheduled_job(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    event = load_event(name)
+    with provisioned("dev") as stage:
+        meta = boto3.resource("dynamodb").Table(stage.resources.meta_table)
+        write_retention(meta, credit_tx_retention_days=9, ai_task_retention_days=9)
+        _use_env(monkeypatch, stage.resources.cron_env())
+        response = _handler("cron_dispatcher")(event, LambdaContext("aijobs-dev-cron"))
+    assert (response["cron"], response["status"]) == (event["cron"], "ok")
+    assert isinstance(response["result"], dict)
+
+
+# --- the API: every route of its OpenAPI document ---------------------------------------------------
+
+
+def _route(event: dict[str, Any]) -> tuple[str, str]:
+    return event["requestContext"]["http"]["method"], event["rawPath"]
+
+
+def _matches(template: str, path: str) -> bool:
+    return re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path) is not None
+
+
+class Api:
+    """The dev stage's API function with a key for the sample events' user and credits."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.key = stage.directory.create_api_key(DEMO_USER)
+        stage.store_for(DEMO_USER).ledger.grant(DEMO_USER, 100, stage.clock() + timedelta(days=1))
+        runtime.api_service().clock = stage.clock
+
+    def call(self, event: dict[str, Any]) -> tuple[int, Any]:
+        event["headers"]["authorization"] = f"Bearer {self.key}"
+        response = _handler("api")(event, LambdaContext("aijobs-dev-api"))
+        return int(response["statusCode"]), json.loads(response.get("body") or "null")
+
+    def document(self) -> dict[str, Any]:
+        status, document = self.call(load_event("api-get-openapi.json"))
+        assert status == 200
+        return dict(document)
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    with provisioned("dev") as stage:
+        _use_env(monkeypatch, stage.resources.api_env())
+        yield Api(stage)
+
+
+def test_every_api_route_has_an_event(api: Api) -> None:
+    routes = {(method.upper(), path) for path, item in api.document()["paths"].items() for method in item} | {
+        ("GET", "/openapi.json")
+    }  # serves the document itself, outside it
+    events = [_route(load_event(name)) for name in api_events()]
+    missing = {
+        (method, template)
+        for method, template in routes
+        if not any(m == method and _matches(template, path) for m, path in events)
+    }
+    assert missing == set()
+
+
+@pytest.mark.parametrize("name", api_events())
+def test_each_api_event_gets_a_documented_success(api: Api, name: str) -> None:
+    event = load_event(name)
+    method, path = _route(event)
+    # The job a path names exists, as after a `POST /jobs`; for /children, a workflow parent its
+    # consumer has split into children.
+    for job_id in re.findall(r"^/jobs/([^/]+)", path):
+        if path.endswith("/children"):
+            workflow = next(iter(api.stage.resources.config.workflow_children))
+            api.stage.send(_seed(api.stage, job_id, workflow))
+            assert sum(outcome.received for outcome in api.stage.drain(workflow)) == 1
+        else:
+            _seed(api.stage, job_id, "summary")
+    document = api.document()
+    status, body = api.call(event)
+    assert 200 <= status < 300, (name, status, body)
+    operation = next(
+        (
+            spec[method.lower()]
+            for template, spec in document["paths"].items()
+            if _matches(template, path) and method.lower() in spec
+        ),
+        None,
+    )
+    if operation is None:
+        assert path == "/openapi.json", name
+    else:
+        assert str(status) in operation["responses"], (name, status)
+    if path.endswith("/children"):
+        assert body["jobs"], "the sample parent has children"
