@@ -73,8 +73,10 @@ synth: bootstrap
 deps-layer: bootstrap
 	$(BIN)/python scripts/build_deps_layer.py $(if $(REBUILD),--rebuild)
 
+## Deploy one stage. CDK asks before a change that widens IAM or security groups ("broadening");
+## a pipeline that reviewed the diff first runs `make deploy APPROVAL=never`.
 deploy: deps-layer
-	npx cdk deploy --no-notices -c stage=$(STAGE)
+	npx cdk deploy --no-notices --require-approval $(or $(APPROVAL),broadening) -c stage=$(STAGE)
 
 ## Re-pin requirements/dev.txt from requirements/dev.in in a throwaway venv.
 lock:
