@@ -5,7 +5,7 @@ merged) plus its child price per child that succeeded before it ended."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -79,29 +79,11 @@ def _apply_workflow(store: JobStore, clock: Clock, parents: Parents, op: tuple[s
     now = clock()
     if name == "parent":
         base, each = divmod(extra, 10)
-        job_id = new_job_id(int(now.timestamp() * 1000))
-        price = base + each * number
-        try:
-            writes, allocation = store.ledger.reserve(USER, job_id, price)
-        except PaymentRequiredError:
-            return
-        job = Job(
-            job_id=job_id,
-            user_id=USER,
-            kind="report",
-            status=JobStatus.QUEUED,
-            input="x",
-            provider="local",
-            created_at=now,
-            updated_at=now,
-            price=price,
-            charge_state="reserved",
-            charge_allocation=allocation,
-            phase="split",
-            base_price=base,
-            child_price=each,
+        job = _submit(
+            store, now, base + each * number, kind="report", phase="split", base_price=base, child_price=each
         )
-        store.create(job, extra_writes=writes)
+        if job is None:
+            return
         claimed = store.claim(job, now=now, lease=LEASE, max_attempts=10)
         assert claimed is not None
         parents.claimed.append(claimed)
@@ -160,6 +142,22 @@ def _apply_workflow(store: JobStore, clock: Clock, parents: Parents, op: tuple[s
         parents.expected[parent.job_id] = merged + parent.child_price * row.children_succeeded
 
 
+def _submit(store: JobStore, now: datetime, price: int, *, kind: str, **fields: Any) -> Job | None:
+    """Reserve `price` and write a queued row with it, as the producer does; None if unaffordable."""
+    job_id = new_job_id(int(now.timestamp() * 1000))
+    try:
+        writes, allocation = store.ledger.reserve(USER, job_id, price)
+    except PaymentRequiredError:
+        return None
+    job = Job(
+        job_id=job_id, user_id=USER, kind=kind, status=JobStatus.QUEUED, input="x", provider="local",
+        created_at=now, updated_at=now, price=price, charge_state="reserved", charge_allocation=allocation,
+        **fields,
+    )  # fmt: skip
+    store.create(job, extra_writes=writes)
+    return job
+
+
 def _finished(store: JobStore, job: Job) -> bool:
     row = store.get(USER, job.job_id)
     return row is None or row.status.is_terminal
@@ -178,25 +176,9 @@ def _apply(store: JobStore, clock: Clock, jobs: list[Job], op: tuple[str, int, A
     if name == "grant":
         store.ledger.grant(USER, number, now + timedelta(hours=extra))
     elif name == "submit":
-        job_id = new_job_id(int(now.timestamp() * 1000))
-        try:
-            writes, allocation = store.ledger.reserve(USER, job_id, number)
-        except PaymentRequiredError:
+        job = _submit(store, now, number, kind="summary")
+        if job is None:
             return
-        job = Job(
-            job_id=job_id,
-            user_id=USER,
-            kind="summary",
-            status=JobStatus.QUEUED,
-            input="x",
-            provider="local",
-            created_at=now,
-            updated_at=now,
-            price=number,
-            charge_state="reserved",
-            charge_allocation=allocation,
-        )
-        store.create(job, extra_writes=writes)
         jobs.append(job)
     elif name in ("succeed", "fail") and jobs:
         row = store.get(USER, jobs[number % len(jobs)].job_id)
