@@ -14,7 +14,14 @@ from typing import Any
 import boto3
 
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings
-from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name, resource_prefix
+from aijobs.stage_config import (
+    DLQ_SUFFIX,
+    StageConfig,
+    dead_letter_queues_env,
+    queue_name_of,
+    queue_resource_name,
+    resource_prefix,
+)
 from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK
 
 
@@ -80,6 +87,7 @@ class StageResources:
             "ALERT_TOPIC_ARN": self.topic_arn,
             **self.config.dlq_settings_env(),
             **self._linked_env(tuple(self.config.workflow_children)),
+            **dead_letter_queues_env({kind: queue_name_of(url) for kind, url in self.dlq_urls.items()}),
         }
         DlqSettings.from_env(env)
         return env

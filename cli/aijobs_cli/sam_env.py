@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aijobs.stage_config import binding_name
+from aijobs.stage_config import DLQ_SUFFIX, binding_name, queue_resource_name
 
 FUNCTION_TYPE = "AWS::Lambda::Function"
 # Inside a SAM container, the host's loopback is not 127.0.0.1 (Docker Desktop's name for the host).
@@ -362,7 +362,8 @@ def declare_endpoint(template: Mapping[str, Any]) -> dict[str, Any]:
 class Written:
     env_file: Path
     template: Path  # the template to pass to `sam local invoke -t`
-    events: dict[str, str]  # logical id -> its sample events in events/
+    events: dict[str, str]  # logical id -> its sample events (in events_dir)
+    events_dir: Path  # events/ with SQS source ARNs naming this stage's real queues
 
 
 def local_template_path(template_path: Path) -> Path:
@@ -389,13 +390,15 @@ def generate(
     sam_template = template_path
     if stack is not None:
         client = cloudformation_client(profile=profile, region=region)
-        env = build_env_vars(template, read_stack(client, stack))
+        physical = read_stack(client, stack)
+        env = build_env_vars(template, physical)
     else:
         assert info_file is not None
         info = _read_json(
             info_file, "info file", hint=f"start the local stack: aijobs dev --info-file {info_file}"
         )
-        env = build_env_vars(template, from_local_info(template, info, endpoint_host=endpoint_host))
+        physical = from_local_info(template, info, endpoint_host=endpoint_host)
+        env = build_env_vars(template, physical)
         endpoint = container_url(str(info["aws_endpoint_url"]), endpoint_host)
         for variables in env.values():
             variables.update(local_overrides(variables, endpoint))
@@ -403,8 +406,42 @@ def generate(
         sam_template.write_text(json.dumps(declare_endpoint(template), indent=1) + "\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
-    events = {logical_id: sample_events(resource) for logical_id, resource in functions(template).items()}
-    return Written(env_file=out, template=sam_template, events=dict(sorted(events.items())))
+    events_dir = write_events(env, physical.region, out.parent / "events")
+    events = {
+        logical_id: sample_events(resource, events_dir)
+        for logical_id, resource in functions(template).items()
+    }
+    return Written(
+        env_file=out, template=sam_template, events=dict(sorted(events.items())), events_dir=events_dir
+    )
+
+
+# The shipped events/ name the dev stage's queues (`aijobs-dev-<kind>`, `...-dlq`).
+EVENTS_STAGE = "dev"
+EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
+
+
+def write_events(env: Mapping[str, Mapping[str, str]], region: str, out_dir: Path) -> Path:
+    """Copy events/ into `out_dir` with each SQS record's `eventSourceARN` naming the queue these
+    functions actually read (a consumer serves only the queue in its `QUEUE_URL`, the DLQ consumer
+    only those in `DEAD_LETTER_QUEUES`; production names are generated)."""
+    queues: dict[str, str] = {}  # readable dev name -> the env's queue URL
+    for variables in env.values():
+        if "QUEUE_NAME" in variables:
+            readable = queue_resource_name(EVENTS_STAGE, variables["QUEUE_NAME"])
+            queues[readable] = variables["QUEUE_URL"]
+            queues[readable + DLQ_SUFFIX] = variables["DLQ_URL"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for source in sorted(EVENTS_DIR.glob("*.json")):
+        event = json.loads(source.read_text())
+        for record in event.get("Records", []) if isinstance(event, dict) else []:
+            url = queues.get(str(record.get("eventSourceARN", "")).rsplit(":", 1)[-1])
+            if record.get("eventSource") == "aws:sqs" and url is not None:
+                account, name = url.rstrip("/").rsplit("/", 2)[-2:]
+                record["eventSourceARN"] = f"arn:aws:sqs:{region}:{account}:{name}"
+                record["awsRegion"] = region
+        (out_dir / source.name).write_text(json.dumps(event, indent=2) + "\n")
+    return out_dir
 
 
 def _read_json(path: Path, what: str, *, hint: str) -> dict[str, Any]:
@@ -419,17 +456,18 @@ def _read_json(path: Path, what: str, *, hint: str) -> dict[str, Any]:
     return data
 
 
-def sample_events(resource: Mapping[str, Any]) -> str:
-    """The files in events/ for a function, by its entry point (README "sam local invoke")."""
+def sample_events(resource: Mapping[str, Any], events_dir: Path) -> str:
+    """A function's sample events (written by `write_events`), by its entry point."""
     properties = resource.get("Properties", {})
     role = str(properties.get("Handler", "")).split(".", 1)[0]
     kind = properties.get("Environment", {}).get("Variables", {}).get("QUEUE_NAME")
-    return {
-        "api": "events/api-*.json",
-        "queue_consumer": f"events/sqs-{kind}-batch.json",
-        "dlq_consumer": "events/sqs-dlq-batch.json",
-        "cron_dispatcher": "events/schedule-cron*.json",
-    }.get(role, "-")
+    pattern = {
+        "api": "api-*.json",
+        "queue_consumer": f"sqs-{kind}-batch.json",
+        "dlq_consumer": "sqs-dlq-batch.json",
+        "cron_dispatcher": "schedule-cron*.json",
+    }.get(role)
+    return "-" if pattern is None else str(events_dir / pattern)
 
 
 def usage(written: Written) -> str:

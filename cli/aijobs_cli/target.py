@@ -20,7 +20,7 @@ from aijobs.domain import utcnow
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronContext
-from aijobs.stage_config import StageConfig, binding_name, queue_name_from_resource
+from aijobs.stage_config import StageConfig, binding_name, split_list
 from aijobs.store.tenants import Directory
 from aijobs_cli.local_stack import local_environment
 
@@ -115,16 +115,18 @@ class Target:
             alert_topic_arn=outputs.get("AlertTopicArn"),
             cron_function=outputs.get("CronDispatcherFunction"),
         )
-        for key, value in outputs.items():
-            for prefix, into in (("QueueUrl", target.queue_urls), ("DlqUrl", target.dlq_urls)):
-                if key.startswith(prefix):
-                    kind = queue_name_from_resource(stage, value.rsplit("/", 1)[-1])
-                    if kind:
-                        into[kind] = value
-        for kind in target.queue_urls:
-            function = outputs.get("ConsumerFunction" + _binding(kind))
-            if function:
-                target.consumer_functions[kind] = function
+        # Kinds come from the QueueNames output and each kind's outputs are keyed by its binding:
+        # production queue names are generated, so nothing is read out of a queue's name.
+        names = outputs.get("QueueNames", "")
+        for kind in split_list("" if names == "-" else names):  # "-": the stage has no queue
+            binding = _binding(kind)
+            for prefix, into in (
+                ("QueueUrl", target.queue_urls),
+                ("DlqUrl", target.dlq_urls),
+                ("ConsumerFunction", target.consumer_functions),
+            ):
+                if outputs.get(prefix + binding):
+                    into[kind] = outputs[prefix + binding]
         return target
 
     # --- HTTP API ----------------------------------------------------------------------------

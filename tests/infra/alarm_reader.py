@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.stage_config import resource_prefix
+from aijobs.stage_config import CRON_DEAD_LETTER_QUEUE, DLQ_SUFFIX, PARKING_QUEUE, resource_prefix
 from tests.infra.template import Synth, role_statements
 
 LAMBDA_HANDLER_NAMES = {
@@ -49,11 +49,24 @@ def function_names(synth: Synth) -> dict[str, str]:
 
 
 def queue_id(synth: Synth, queue_name: str) -> str:
-    (logical_id,) = [
-        logical_id
-        for logical_id, resource in synth.resources("AWS::SQS::Queue").items()
-        if resource["Properties"].get("QueueName") == queue_name
-    ]
+    """The logical id of the queue a stage names `queue_name` outside production (`aijobs-dev-summary`,
+    `...-summary-dlq`, `...-dlq-parking`, `...-cron-dead-letters`), found by construct path, since
+    production queues have generated names; where the queue is named, the name must match."""
+    short = queue_name.removeprefix(resource_prefix(synth.config.stage) + "-")
+    if short == PARKING_QUEUE:
+        path = ["DlqParking", "Queue"]
+    elif short == CRON_DEAD_LETTER_QUEUE:
+        path = ["Schedules", "DeadLetters"]
+    elif short.endswith(DLQ_SUFFIX):
+        path = [f"Queue-{short.removesuffix(DLQ_SUFFIX)}", "Dlq"]
+    else:
+        path = [f"Queue-{short}", "Queue"]
+    construct: Any = synth.stack
+    for name in path:
+        construct = construct.node.find_child(name)
+    logical_id = str(synth.stack.resolve(construct.node.default_child.logical_id))
+    named = synth.props(logical_id).get("QueueName")
+    assert named in (None, queue_name), (logical_id, named, queue_name)
     return logical_id
 
 

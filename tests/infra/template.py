@@ -65,3 +65,21 @@ def role_statements(synth: Synth, function_id: str) -> list[dict[str, Any]]:
         if role in [target_id(r) for r in policy["Properties"]["Roles"]]
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]
     ]
+
+
+def symbolic(value: Any) -> str:
+    """A template value as text: `Ref`/`GetAtt` become `ref:<logical id>`, `Fn::Join` is joined,
+    anything else a placeholder. A settings model reads the result as it would the deployed value."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value or "Fn::GetAtt" in value:
+        return f"ref:{target_id(value)}"
+    if "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(symbolic(part) for part in parts)
+    return "<resolved>"
+
+
+def symbolic_environment(props: dict[str, Any]) -> dict[str, str]:
+    """A function's environment, each value through `symbolic`."""
+    return {key: symbolic(value) for key, value in props["Environment"]["Variables"].items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -73,3 +74,41 @@ def test_bucket_blocks_public_access_encrypts_and_expires_results(dev: Synth) ->
         for s in statements
     )
     assert policy["Properties"]["Bucket"] == {"Ref": bucket_id}
+
+
+def test_prod_retains_every_queue_table_and_the_bucket_under_generated_names(prod: Synth) -> None:
+    """Deleting or replacing a production resource keeps its data; a generated name lets the
+    replacement (or the stack deployed again) be created while the retained one still exists."""
+    stateful = {
+        **prod.resources("AWS::SQS::Queue"),
+        **prod.resources("AWS::DynamoDB::Table"),
+        **prod.resources("AWS::S3::Bucket"),
+    }
+    queues = prod.resources("AWS::SQS::Queue")
+    # Every kind's queue and DLQ, the DLQ parking queue and the schedules' dead-letter queue.
+    assert len(queues) == 2 * len(prod.config.queue_names) + 2
+    for logical_id, resource in stateful.items():
+        assert (resource["DeletionPolicy"], resource["UpdateReplacePolicy"]) == ("Retain", "Retain"), (
+            logical_id
+        )
+        props = resource.get("Properties", {})
+        assert not {"QueueName", "TableName", "BucketName"} & set(props), logical_id
+
+
+def test_other_stages_name_their_queues_and_delete_them_with_the_stack(dev: Synth) -> None:
+    for logical_id, queue in dev.resources("AWS::SQS::Queue").items():
+        assert (queue["DeletionPolicy"], queue["UpdateReplacePolicy"]) == ("Delete", "Delete"), logical_id
+        assert queue["Properties"]["QueueName"].startswith("aijobs-dev-"), logical_id
+    # Results are user data: the bucket is kept on every stage.
+    ((_, bucket),) = dev.resources("AWS::S3::Bucket").items()
+    assert bucket["DeletionPolicy"] == "Retain"
+
+
+def test_the_dlq_consumer_knows_each_dlq_by_reference_not_by_name(prod: Synth) -> None:
+    (dlq_consumer,) = prod.functions_by_handler("dlq_consumer.handler.handler").values()
+    mapping = json.dumps(dlq_consumer["Environment"]["Variables"]["DEAD_LETTER_QUEUES"])
+    for kind in prod.config.queue_names:
+        assert f"{kind}=" in mapping
+    dlq_ids = {logical_id for logical_id in prod.resources("AWS::SQS::Queue") if "Dlq" in logical_id}
+    referenced = {ref for ref in dlq_ids if ref in mapping}
+    assert len(referenced) == len(prod.config.queue_names)

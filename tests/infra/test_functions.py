@@ -10,7 +10,7 @@ import pytest
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
 from aijobs_cdk.constructs.model_access import POLLY_ACTIONS
 from aijobs_cdk.constructs.schedules import INVOKE_RETRY_ATTEMPTS
-from tests.infra.template import Synth, target_id
+from tests.infra.template import Synth, symbolic_environment, target_id
 
 pytestmark = pytest.mark.infra
 
@@ -30,12 +30,6 @@ UNSCOPED_ACTIONS = {
 }
 
 
-def _resolved_environment(props: dict[str, Any]) -> dict[str, str]:
-    """Function environment with CloudFormation intrinsics replaced by a placeholder string."""
-    variables = props["Environment"]["Variables"]
-    return {key: value if isinstance(value, str) else f"<resolved {key}>" for key, value in variables.items()}
-
-
 @pytest.mark.parametrize("fixture", ["dev", "capped", "single_consumer"])
 def test_every_function_environment_satisfies_its_settings_model(
     fixture: str, request: pytest.FixtureRequest
@@ -49,13 +43,13 @@ def test_every_function_environment_satisfies_its_settings_model(
     for logical_id, resource in functions.items():
         props = resource["Properties"]
         model = SETTINGS_BY_HANDLER[props["Handler"]]
-        settings = model.from_env(_resolved_environment(props))
+        settings = model.from_env(symbolic_environment(props))
         assert settings.stage == synth.config.stage, logical_id
 
 
 def test_api_settings_get_one_queue_url_per_configured_kind(dev: Synth) -> None:
     (props,) = dev.functions_by_handler("api.handler.handler").values()
-    settings = ApiSettings.from_env(_resolved_environment(props))
+    settings = ApiSettings.from_env(symbolic_environment(props))
     assert set(settings.queue_urls) == set(dev.config.queue_names)
     for kind, binding in dev.config.bindings.items():
         assert target_id(props["Environment"]["Variables"][binding]) in dev.json["Resources"], kind
@@ -63,7 +57,7 @@ def test_api_settings_get_one_queue_url_per_configured_kind(dev: Synth) -> None:
 
 def test_settings_model_rejects_an_environment_missing_a_queue_url(dev: Synth) -> None:
     (props,) = dev.functions_by_handler("api.handler.handler").values()
-    env = _resolved_environment(props)
+    env = symbolic_environment(props)
     del env["Q_SUMMARY"]
     with pytest.raises(ValueError, match="Q_SUMMARY"):
         ApiSettings.from_env(env)

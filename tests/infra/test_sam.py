@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from aijobs import runtime
 from aijobs.domain import Job, JobStatus
-from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, FunctionSettings
+from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
 from aijobs.stage_config import DLQ_SUFFIX, queue_resource_name
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
@@ -22,6 +22,7 @@ from aijobs_cli import sam_env
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.resources import provision
+from tests.infra.alarm_reader import queue_id
 from tests.infra.template import Synth, target_id
 from tests.infra.test_functions import SETTINGS_BY_HANDLER
 from tests.integration.harness import EVENTS, load_event
@@ -86,6 +87,11 @@ def test_the_env_file_gives_every_function_the_deployed_stacks_real_names(
     (bucket,) = [physical[i] for i in synth.resources("AWS::S3::Bucket")]
     topic = synth.json["Outputs"]["AlertTopicArn"]["Value"]
     topic = physical[topic["Ref"]] if isinstance(topic, dict) else topic
+
+    def deployed_name(kind: str, suffix: str = "") -> str:
+        """The name the stack gave a kind's queue (generated in production)."""
+        return queue_name(physical[queue_id(synth, queue_resource_name(stage, kind) + suffix)])
+
     for logical_id, resource in functions.items():
         variables = env[logical_id]
         declared = resource["Properties"]["Environment"]["Variables"]
@@ -100,18 +106,21 @@ def test_the_env_file_gives_every_function_the_deployed_stacks_real_names(
         if "BUCKET_NAME" in variables:
             assert variables["BUCKET_NAME"] == bucket, logical_id
         if isinstance(settings, ConsumerSettings):
-            assert queue_name(settings.queue_url) == queue_resource_name(stage, settings.queue_name)
-            assert (
-                queue_name(settings.dlq_url) == queue_resource_name(stage, settings.queue_name) + DLQ_SUFFIX
-            )
+            assert queue_name(settings.queue_url) == deployed_name(settings.queue_name)
+            assert queue_name(settings.dlq_url) == deployed_name(settings.queue_name, DLQ_SUFFIX)
             linked = settings.linked_queue_urls
+        elif isinstance(settings, DlqSettings):
+            linked = settings.linked_queue_urls
+            assert settings.dead_letter_kinds == {
+                deployed_name(kind, DLQ_SUFFIX): kind for kind in synth.config.queue_names
+            }
         elif isinstance(settings, ApiSettings | CronSettings):
             linked = settings.queue_urls
             assert set(linked) == set(synth.config.queue_names), logical_id
         else:
-            linked = {}
+            raise AssertionError(f"{logical_id}: no settings model {type(settings).__name__} is checked")
         for kind, url in linked.items():
-            assert queue_name(url) == queue_resource_name(stage, kind), (logical_id, kind)
+            assert queue_name(url) == deployed_name(kind), (logical_id, kind)
 
 
 def test_nothing_is_left_unresolved(dev: Synth) -> None:
@@ -186,7 +195,8 @@ def test_a_function_runs_its_sample_event_with_the_env_file_of_the_local_stack(
         if key != "AWS_ENDPOINT_URL":
             monkeypatch.setenv(key, value)
     runtime.reset_runtime()
-    event = load_event("sqs-summary-batch.json")
+    written = sam_env.generate(template, tmp_path / "env.json", info_file=info)
+    event = json.loads((written.events_dir / "sqs-summary-batch.json").read_text())
     directory = runtime.directory(ConsumerSettings.from_env())
     directory.ensure_user("user-demo")
     store_table = directory.shard_for("user-demo")
@@ -282,15 +292,36 @@ def test_the_printed_sample_events_of_every_function_exist(
 ) -> None:
     synth: Synth = request.getfixturevalue(fixture)
     for logical_id, resource in sam_env.functions(synth.json).items():
-        pattern = sam_env.sample_events(resource)
-        assert pattern.startswith("events/"), logical_id
-        assert sorted(EVENTS.glob(pattern.removeprefix("events/"))), (logical_id, pattern)
+        pattern = sam_env.sample_events(resource, EVENTS)
+        assert pattern.startswith(f"{EVENTS}/"), logical_id
+        assert sorted(EVENTS.glob(pattern.removeprefix(f"{EVENTS}/"))), (logical_id, pattern)
+
+
+def test_the_written_events_name_the_queues_each_function_reads(prod: Synth, tmp_path: Path) -> None:
+    """Production queue names are generated: `sam local invoke` gets events whose records come from
+    the queue the function's environment names, or the consumer would acknowledge them unread."""
+    stack, summaries = fake_stack(prod)
+    env = sam_env.build_env_vars(prod.json, sam_env.from_stack_resources(stack, summaries))
+    written = sam_env.write_events(env, REGION, tmp_path / "events")
+    assert sorted(p.name for p in written.glob("*.json")) == sorted(p.name for p in EVENTS.glob("*.json"))
+    for variables in env.values():
+        if "QUEUE_NAME" not in variables:
+            continue
+        event = json.loads((written / f"sqs-{variables['QUEUE_NAME']}-batch.json").read_text())
+        arns = {record["eventSourceARN"] for record in event["Records"]}
+        assert arns == {f"arn:aws:sqs:{REGION}:{ACCOUNT}:{queue_name(variables['QUEUE_URL'])}"}
+    (dlq_env,) = [v for v in env.values() if "DEAD_LETTER_QUEUES" in v]
+    dead = DlqSettings.from_env(dlq_env).dead_letter_kinds
+    for record in json.loads((written / "sqs-dlq-batch.json").read_text())["Records"]:
+        assert record["eventSourceARN"].rsplit(":", 1)[-1] in dead
 
 
 def test_the_readme_invokes_functions_and_events_that_exist(dev: Synth) -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     section = readme.split("### `sam local invoke`", 1)[1].split("\n## ", 1)[0]
-    invocations = re.findall(r"sam local invoke -t cdk\.out/(\S+) (\S+) \\\n\s+-e events/(\S+)", section)
+    invocations = re.findall(
+        r"sam local invoke -t cdk\.out/(\S+) (\S+) \\\n\s+-e \.aijobs/events/(\S+)", section
+    )
     assert len(invocations) >= 2
     name = dev.stack.stack_name
     for template, logical_id, event in invocations:

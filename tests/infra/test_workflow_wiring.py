@@ -16,7 +16,8 @@ from aws_cdk.assertions import Template
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
 from aijobs.stage_config import binding_name, queue_resource_name, split_list
 from aijobs_cdk.app_factory import build_app
-from tests.infra.template import Synth, cli_context, role_statements, target_id
+from tests.infra.alarm_reader import queue_id
+from tests.infra.template import Synth, cli_context, role_statements, symbolic_environment, target_id
 
 pytestmark = pytest.mark.infra
 
@@ -84,13 +85,7 @@ def _dlq_consumer(synth: Synth) -> str:
 
 def _queue(synth: Synth, kind: str, suffix: str = "") -> str:
     """The logical id of a kind's main queue (or, with suffix `-dlq`, its DLQ)."""
-    name = queue_resource_name(synth.config.stage, kind) + suffix
-    (queue_id,) = [
-        logical_id
-        for logical_id, queue in synth.resources("AWS::SQS::Queue").items()
-        if queue["Properties"]["QueueName"] == name
-    ]
-    return queue_id
+    return queue_id(synth, queue_resource_name(synth.config.stage, kind) + suffix)
 
 
 def _env(synth: Synth, function_id: str) -> dict[str, Any]:
@@ -125,20 +120,6 @@ def _bedrock_grant(synth: Synth, function_id: str) -> dict[str, str]:
         for action in _as_list(statement["Action"])
         if action.startswith("bedrock:")
     }
-
-
-def _symbolic_environment(props: dict[str, Any]) -> dict[str, str]:
-    """Function environment with `Ref`/`GetAtt` replaced by `ref:<logical id>`, other intrinsics by a
-    placeholder: the settings model then shows which resource each URL points at."""
-    env: dict[str, str] = {}
-    for key, value in props["Environment"]["Variables"].items():
-        if isinstance(value, str):
-            env[key] = value
-        elif "Ref" in value or "Fn::GetAtt" in value:
-            env[key] = f"ref:{target_id(value)}"
-        else:
-            env[key] = f"<resolved {key}>"
-    return env
 
 
 # --- the report <-> summary pair -----------------------------------------------------------------
@@ -269,7 +250,7 @@ def test_every_function_environment_reads_back_its_linked_queues_through_its_set
     assert {f["Properties"]["Handler"] for f in functions.values()} == set(SETTINGS_BY_HANDLER)
     for logical_id, resource in functions.items():
         props = resource["Properties"]
-        settings = SETTINGS_BY_HANDLER[props["Handler"]].from_env(_symbolic_environment(props))
+        settings = SETTINGS_BY_HANDLER[props["Handler"]].from_env(symbolic_environment(props))
         assert settings.stage == synth.config.stage, logical_id
         if isinstance(settings, ConsumerSettings):
             kind = settings.queue_name
@@ -288,7 +269,7 @@ def test_every_function_environment_reads_back_its_linked_queues_through_its_set
 def test_a_consumer_environment_without_its_linked_queue_url_is_refused(
     dev: Synth, kind: str, binding: str
 ) -> None:
-    env = _symbolic_environment(dev.props(_consumer(dev, kind)))
+    env = symbolic_environment(dev.props(_consumer(dev, kind)))
     ConsumerSettings.from_env(env)
     del env[binding]
     with pytest.raises(ValueError, match=binding):
@@ -296,7 +277,7 @@ def test_a_consumer_environment_without_its_linked_queue_url_is_refused(
 
 
 def test_dlq_environment_without_a_workflow_queue_url_is_refused(dev: Synth) -> None:
-    env = _symbolic_environment(dev.props(_dlq_consumer(dev)))
+    env = symbolic_environment(dev.props(_dlq_consumer(dev)))
     DlqSettings.from_env(env)
     del env["Q_IMAGE_BATCH"]
     with pytest.raises(ValueError, match="Q_IMAGE_BATCH"):

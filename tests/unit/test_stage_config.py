@@ -26,6 +26,7 @@ from aijobs.stage_config import (
     check_unique_bindings,
     parse_stage_config,
     queue_name_from_resource,
+    queue_name_of,
     queue_resource_name,
     resource_prefix,
     split_list,
@@ -257,6 +258,20 @@ def test_queue_name_from_resource_maps_a_dlq_to_its_kind() -> None:
 def test_queue_names_may_not_end_with_the_dlq_suffix() -> None:
     with pytest.raises(ConfigError, match="'reports-dlq' must not end with '-dlq'"):
         _parse(QUEUE_NAMES="summary;reports-dlq")
+
+
+@pytest.mark.parametrize("reserved", ["dlq-parking", "cron-dead-letters"])
+def test_queue_names_may_not_take_the_stages_own_queue_names(reserved: str) -> None:
+    # Outside production the parking and cron dead-letter queues are `aijobs-<stage>-<name>`.
+    with pytest.raises(ConfigError, match=f"'{reserved}' is reserved"):
+        _parse(QUEUE_NAMES=f"summary;{reserved}")
+
+
+def test_queue_name_of_reads_urls_and_arns_alike() -> None:
+    assert queue_name_of("https://sqs.us-east-1.amazonaws.com/123456789012/aijobs-prod-Q1-abc") == (
+        "aijobs-prod-Q1-abc"
+    )
+    assert queue_name_of("arn:aws:sqs:us-east-1:123456789012:aijobs-prod-Q1-abc") == "aijobs-prod-Q1-abc"
 
 
 # --- keys ----------------------------------------------------------------------------------------

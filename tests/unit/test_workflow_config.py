@@ -10,7 +10,13 @@ from dotenv import dotenv_values
 
 from aijobs.provider_plan import KindPlan, ProviderPlanError, parse_provider_plan, plans_from_setting
 from aijobs.settings import ConsumerSettings, DlqSettings
-from aijobs.stage_config import ConfigError, StageConfig, parse_stage_config, split_list
+from aijobs.stage_config import (
+    ConfigError,
+    StageConfig,
+    dead_letter_queues_env,
+    parse_stage_config,
+    split_list,
+)
 from aijobs.workflows.registry import workflow_children
 from aijobs_cli.resources import StageResources
 
@@ -48,6 +54,7 @@ def _dlq_env(config: StageConfig, **urls: str) -> dict[str, str]:
         "SHARD_TABLE_NAMES": "shard-0",
         "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts",
         **config.dlq_settings_env(),
+        **dead_letter_queues_env({kind: f"{kind}-dlq" for kind in config.queue_names}),
         **urls,
     }
 
@@ -310,7 +317,25 @@ def test_local_dlq_env_gives_the_dlq_consumer_every_workflow_queue_url() -> None
 
 def test_a_function_without_linked_queues_fails_at_cold_start() -> None:
     """LINKED_QUEUES may be empty, never missing: a missing one means a miswired stack."""
-    env = {"STAGE": "dev", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t"}
+    env = {
+        "STAGE": "dev", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
+        "DEAD_LETTER_QUEUES": "",
+    }  # fmt: skip
     assert DlqSettings.from_env({**env, "LINKED_QUEUES": ""}).linked_queue_urls == {}
     with pytest.raises(ValueError, match="LINKED_QUEUES is missing"):
         DlqSettings.from_env(env)
+
+
+def test_the_dlq_consumer_maps_its_queues_to_kinds_from_its_environment() -> None:
+    """Production queue names are generated: the kind of a DLQ is given, never parsed from it."""
+    env = {
+        "STAGE": "prod", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
+        "LINKED_QUEUES": "",
+    }  # fmt: skip
+    names = {"summary": "aijobs-prod-QueuesummaryDlq1A2B-x1", "tts-generate": "aijobs-prod-QueuettsDlq3C-y2"}
+    settings = DlqSettings.from_env({**env, **dead_letter_queues_env(names)})
+    assert settings.dead_letter_kinds == {name: kind for kind, name in names.items()}
+    with pytest.raises(ValueError, match="DEAD_LETTER_QUEUES"):
+        DlqSettings.from_env(env)  # missing: a miswired stack fails at cold start
+    with pytest.raises(ValueError, match="expected kind=queue-name, got 'summary'"):
+        DlqSettings.from_env({**env, "DEAD_LETTER_QUEUES": "summary"})

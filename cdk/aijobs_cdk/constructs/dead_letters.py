@@ -8,13 +8,14 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import StageConfig, resource_prefix
+from aijobs.stage_config import PARKING_QUEUE, StageConfig, resource_prefix
 from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, DLQ_RETENTION, JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.constructs.naming import queue_name, stateful_removal
 from aijobs_cdk.nag import acknowledge
 
 DLQ_HANDLER = "dlq_consumer.handler.handler"
-PARKING_SUFFIX = "-dlq-parking"
+PARKING_SUFFIX = "-" + PARKING_QUEUE
 # Receives the DLQ consumer gets at a dead letter before SQS parks it. Added to the main queue's
 # maxReceiveCount: a message SQS itself dead-lettered may keep its receive count in the DLQ.
 DLQ_CONSUMER_RECEIVES = 5
@@ -31,7 +32,8 @@ class DeadLetterParking(Construct):
         self.queue = sqs.Queue(
             self,
             "Queue",
-            queue_name=resource_prefix(config.stage) + PARKING_SUFFIX,
+            queue_name=queue_name(config, resource_prefix(config.stage) + PARKING_SUFFIX),
+            removal_policy=stateful_removal(config),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             # SQS counts retention from a message's first enqueue, so keep the longest allowed.

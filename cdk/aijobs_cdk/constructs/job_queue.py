@@ -11,6 +11,7 @@ from constructs import Construct
 
 from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.constructs.naming import queue_name, stateful_removal
 from aijobs_cdk.nag import acknowledge
 
 MAIN_QUEUE_RETENTION = Duration.days(4)
@@ -42,7 +43,8 @@ class JobQueue(Construct):
         self.dlq = sqs.Queue(
             self,
             "Dlq",
-            queue_name=name + DLQ_SUFFIX,
+            queue_name=queue_name(config, name + DLQ_SUFFIX),
+            removal_policy=stateful_removal(config),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=DLQ_RETENTION,
@@ -59,7 +61,8 @@ class JobQueue(Construct):
         self.queue = sqs.Queue(
             self,
             "Queue",
-            queue_name=name,
+            queue_name=queue_name(config, name),
+            removal_policy=stateful_removal(config),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=MAIN_QUEUE_RETENTION,

@@ -24,7 +24,8 @@ from constructs import Construct
 
 # Payload keys the dispatcher reads: `cron` is the exact CRONS entry (the SCHEDULED_HANDLERS key).
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_EXECUTION_ID, PAYLOAD_SCHEDULED_TIME
-from aijobs.stage_config import StageConfig, resource_prefix
+from aijobs.stage_config import CRON_DEAD_LETTER_QUEUE, StageConfig, resource_prefix
+from aijobs_cdk.constructs.naming import queue_name, stateful_removal
 from aijobs_cdk.nag import acknowledge, logical_id
 
 # Scheduler -> Lambda delivery: a few tries within minutes; a firing older than the shortest cron
@@ -37,7 +38,7 @@ DELIVERY_MAX_EVENT_AGE = Duration.minutes(5)
 INVOKE_RETRY_ATTEMPTS = 2
 INVOKE_MAX_EVENT_AGE = Duration.minutes(30)
 DEAD_LETTER_RETENTION = Duration.days(14)
-DEAD_LETTER_SUFFIX = "-cron-dead-letters"
+DEAD_LETTER_SUFFIX = "-" + CRON_DEAD_LETTER_QUEUE
 
 
 class Schedules(Construct):
@@ -54,7 +55,8 @@ class Schedules(Construct):
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetters",
-            queue_name=resource_prefix(config.stage) + DEAD_LETTER_SUFFIX,
+            queue_name=queue_name(config, resource_prefix(config.stage) + DEAD_LETTER_SUFFIX),
+            removal_policy=stateful_removal(config),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=DEAD_LETTER_RETENTION,

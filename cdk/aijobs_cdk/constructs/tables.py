@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -10,8 +9,13 @@ from constructs import Construct
 
 from aijobs.stage_config import StageConfig
 from aijobs.store.keys import CRON_RUN_PREFIX, META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
+from aijobs_cdk.constructs.naming import stateful_removal
 
 # Key and index names are the runtime's (aijobs.store.keys); TABLES.md documents them.
+
+JOB_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query")
+# A TransactWriteItems is authorized item by item by these (and DeleteItem for a delete).
+JOB_WRITE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 
 
 class Tables(Construct):
@@ -22,6 +26,24 @@ class Tables(Construct):
         self._config = config
         self.meta = self._table("Meta", META_INDEXES)
         self.shards = [self._table(f"Shard{index}", SHARD_INDEXES) for index in range(config.shard_count)]
+
+    def grant_jobs(self, fn: lambda_.IFunction, *, delete: bool) -> None:
+        """What the producer and the cron do on the shard tables: read, query (indexes too), and
+        write through conditional puts/updates and transactions; `delete` where the code deletes.
+        Never Scan or the batch actions (tests/infra/test_table_grants.py holds the code to it)."""
+        actions = [*JOB_READ_ACTIONS, *JOB_WRITE_ACTIONS, *(["dynamodb:DeleteItem"] if delete else [])]
+        for shard in self.shards:
+            shard.grant(fn, *actions)
+
+    def grant_meta_read(self, fn: lambda_.IFunction, *, register_tenants: bool = False) -> None:
+        """Tenant directory, API keys and dynamic configuration lookups (GetItem, Query);
+        `register_tenants`: also give a new identity its tenant (JWT auth, on its first request)."""
+        writes = ("dynamodb:PutItem", "dynamodb:UpdateItem") if register_tenants else ()
+        self.meta.grant(fn, *JOB_READ_ACTIONS, *writes)
+
+    def grant_dead_letter_records(self, fn: lambda_.IFunction) -> None:
+        """The DLQ consumer reads tenants and writes the operator-visible dead-letter list."""
+        self.meta.grant(fn, *JOB_READ_ACTIONS, "dynamodb:PutItem")
 
     def grant_cron_run_records(self, fn: lambda_.IFunction) -> None:
         """The cron dispatcher claims each scheduled run in the meta table (one run per firing); it
@@ -51,7 +73,7 @@ class Tables(Construct):
                 point_in_time_recovery_enabled=True
             ),
             deletion_protection=production,
-            removal_policy=RemovalPolicy.RETAIN if production else RemovalPolicy.DESTROY,
+            removal_policy=stateful_removal(self._config),
             time_to_live_attribute=TTL_ATTRIBUTE,
         )
         for index_name, (pk, sk) in indexes.items():

@@ -10,7 +10,7 @@ from aws_cdk.aws_apigatewayv2_authorizers import HttpJwtAuthorizer
 from constructs import Construct
 
 from aijobs.provider_plan import CLASSIFY
-from aijobs.stage_config import StageConfig
+from aijobs.stage_config import StageConfig, dead_letter_queues_env
 from aijobs_cdk.constructs.alerts import Alerts
 from aijobs_cdk.constructs.api import Api
 from aijobs_cdk.constructs.dashboard import Dashboard
@@ -98,7 +98,10 @@ class AijobsStack(Stack):
         }
         dead_letters = DeadLetters(
             self, "DeadLetters", config=config, queues=queues, functions=functions,
-            environment={**table_env, **alert_env, **config.dlq_settings_env(), **workflow_queues},
+            environment={
+                **table_env, **alert_env, **config.dlq_settings_env(), **workflow_queues,
+                **dead_letter_queues_env({q.kind: q.dlq.queue_name for q in queues}),
+            },
         )  # fmt: skip
         for kind in config.workflow_children:
             by_kind[kind].queue.grant_send_messages(dead_letters.consumer)
@@ -158,19 +161,21 @@ class AijobsStack(Stack):
         for job_queue in queues:
             job_queue.queue.grant_send_messages(producer)
             job_queue.queue.grant_send_messages(dispatcher)
-        for fn in (producer, dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
-            for shard in tables.shards:
-                shard.grant_read_write_data(fn)
+        # Table actions: exactly what each function's code uses (tests/infra/test_table_grants.py
+        # records it). No function scans. The producer deletes only the Idempotency-Key of a job
+        # it could not enqueue; the cron deletes finished jobs and credit transactions past
+        # retention; consumers and the DLQ consumer never delete.
+        tables.grant_jobs(producer, delete=True)
+        tables.grant_jobs(dispatcher, delete=True)
+        for fn in (dead_letters.consumer, *(q.consumer for q in queues)):
+            tables.grant_jobs(fn, delete=False)
         for fn in (dispatcher, *(q.consumer for q in queues)):
-            tables.meta.grant_read_data(fn)
+            tables.grant_meta_read(fn)
         tables.grant_cron_run_records(dispatcher)
-        # With JWT auth the producer gives a new identity its tenant on its first request.
-        if config.auth_mode == "jwt":
-            tables.meta.grant_read_write_data(producer)
-        else:
-            tables.meta.grant_read_data(producer)
         # The operator-visible dead-letter list lives in the meta table.
-        tables.meta.grant_read_write_data(dead_letters.consumer)
+        tables.grant_dead_letter_records(dead_letters.consumer)
+        # With JWT auth the producer gives a new identity its tenant on its first request.
+        tables.grant_meta_read(producer, register_tenants=config.auth_mode == "jwt")
         for fn in (dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
             alerts.topic.grant_publish(fn)
         # Producer: uploads inputs, checks at submit that an `inputRef` exists (HeadObject needs

@@ -26,7 +26,7 @@ from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
 from aijobs.queues import JobQueues
-from aijobs.stage_config import queue_name_from_resource
+from aijobs.stage_config import queue_name_of
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso
 from aijobs.store.tenants import Directory
@@ -64,6 +64,8 @@ class DeadLetterConsumer:
     meta: Table
     alerts: Alerts
     clock: Callable[[], datetime]
+    # DLQ name -> kind (DEAD_LETTER_QUEUES): a letter from any other queue is not ours.
+    kinds_by_queue: dict[str, str]
     # The workflow kinds' queues: a dead child may be its parent's last, whose merge it queues.
     queues: JobQueues | None = None
 
@@ -78,7 +80,7 @@ class DeadLetterConsumer:
         )
 
     def process(self, record: SQSRecord) -> None:
-        kind = queue_name_from_resource(self.stage, record.event_source_arn.rsplit(":", 1)[-1])
+        kind = self.kinds_by_queue.get(queue_name_of(record.event_source_arn))
         if kind is None:
             logger.warning(
                 "dead letter from an unknown queue acknowledged",

@@ -107,6 +107,7 @@ def build_dead_letter_consumer(
         meta=aws.dynamodb().Table(settings.meta_table_name),
         alerts=Alerts(aws.sns(), settings.alert_topic_arn),
         clock=clock,
+        kinds_by_queue=settings.dead_letter_kinds,
         queues=JobQueues(aws.sqs(), settings.linked_queue_urls),
     )
 

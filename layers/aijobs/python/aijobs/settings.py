@@ -14,7 +14,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aijobs.provider_plan import KindPlan, plans_from_setting
-from aijobs.stage_config import binding_name, parse_prices, split_list
+from aijobs.stage_config import DEAD_LETTER_QUEUES, binding_name, parse_prices, split_list
 
 
 class FunctionSettings(BaseModel):
@@ -147,11 +147,26 @@ class DlqSettings(FunctionSettings):
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
     linked_queue_urls: dict[str, str] = Field(default_factory=dict)
+    # DLQ name -> job kind, from DEAD_LETTER_QUEUES (kind=name;...): names are not parsed.
+    dead_letter_kinds: dict[str, str] = Field(validation_alias=DEAD_LETTER_QUEUES)
 
     @model_validator(mode="before")
     @classmethod
     def _collect_linked_queues(cls, data: Any) -> Any:
         return _with_linked_queues(data)
+
+    @field_validator("dead_letter_kinds", mode="before")
+    @classmethod
+    def _parse_dead_letter_queues(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        kinds: dict[str, str] = {}
+        for entry in split_list(value):
+            kind, separator, name = (part.strip() for part in entry.partition("="))
+            if not separator or not kind or not name:
+                raise ValueError(f"{DEAD_LETTER_QUEUES}: expected kind=queue-name, got {entry!r}")
+            kinds[name] = kind
+        return kinds
 
 
 class CronSettings(_QueueSettings):

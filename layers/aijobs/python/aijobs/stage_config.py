@@ -25,6 +25,10 @@ from aijobs.provider_plan import PROVIDERS as PROVIDER_NAMES
 APP_NAME = "aijobs"
 SQS_QUEUE_NAME_MAX = 80
 DLQ_SUFFIX = "-dlq"
+# Queues of the stage itself, named like a kind's outside production: no kind may take their names.
+PARKING_QUEUE = "dlq-parking"
+CRON_DEAD_LETTER_QUEUE = "cron-dead-letters"
+RESERVED_QUEUE_NAMES = (PARKING_QUEUE, CRON_DEAD_LETTER_QUEUE)
 # SQS caps a queue's visibility timeout at 12 hours.
 SQS_VISIBILITY_MAX_SECONDS = 12 * 60 * 60
 # Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
@@ -144,9 +148,26 @@ def queue_resource_name(stage: str, queue_name: str) -> str:
     return f"{resource_prefix(stage)}-{queue_name}"
 
 
+def queue_name_of(url_or_arn: str) -> str:
+    """The SQS queue name at the end of a queue URL (`.../name`) or ARN (`...:name`)."""
+    return url_or_arn.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+
+
+# The dead-letter consumer's map of its queues: `DEAD_LETTER_QUEUES=kind=queue-name;...`. Functions
+# never parse a kind out of a queue name: production queues have names CloudFormation generates
+# (so a retained queue never blocks its replacement), and the local stack's are readable.
+DEAD_LETTER_QUEUES = "DEAD_LETTER_QUEUES"
+
+
+def dead_letter_queues_env(dlq_names: Mapping[str, str]) -> dict[str, str]:
+    """`DEAD_LETTER_QUEUES` from kind -> DLQ name (names may be CDK tokens)."""
+    return {DEAD_LETTER_QUEUES: ";".join(f"{kind}={name}" for kind, name in dlq_names.items())}
+
+
 def queue_name_from_resource(stage: str, resource_name: str) -> str | None:
-    """Invert `queue_resource_name` (used on `eventSourceARN`); None for another stage's queue.
-    A DLQ's name gives its kind too, since no kind may end with `-dlq`."""
+    """Invert `queue_resource_name` for the fixed names of the local stack and non-production
+    stages (operator tools, shipped events); None for another stage's queue. A DLQ's name gives its
+    kind too, since no kind may end with `-dlq`. Functions use their environment instead."""
     prefix = resource_prefix(stage) + "-"
     if not resource_name.startswith(prefix):
         return None
@@ -409,6 +430,11 @@ def _check_queue_name(stage: str, name: str) -> None:
         # DLQ names are `<queue>-dlq`; a kind ending in `-dlq` would make that mapping ambiguous.
         raise ConfigError(
             f"QUEUE_NAMES: {name!r} must not end with {DLQ_SUFFIX!r} (reserved for dead-letter queues)"
+        )
+    if name in RESERVED_QUEUE_NAMES:
+        raise ConfigError(
+            f"QUEUE_NAMES: {name!r} is reserved for the stage's own queue of that name; "
+            f"reserved: {', '.join(RESERVED_QUEUE_NAMES)}"
         )
     longest = queue_resource_name(stage, name) + DLQ_SUFFIX
     if len(longest) > SQS_QUEUE_NAME_MAX:

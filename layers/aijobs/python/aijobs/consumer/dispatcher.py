@@ -39,7 +39,7 @@ from aijobs.observability import (
 from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import JobQueues
-from aijobs.stage_config import queue_name_from_resource
+from aijobs.stage_config import queue_name_of
 from aijobs.store.jobs import PHASE_MERGE, JobStore
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
@@ -104,9 +104,10 @@ class Consumer:
 
     def process(self, record: SQSRecord) -> None:
         """Finish one record: return to acknowledge, raise to have it redelivered."""
-        queue_name = queue_name_from_resource(self.stage, record.event_source_arn.rsplit(":", 1)[-1])
-        handler = self.handlers.get(queue_name or "")
-        if queue_name is None or handler is None or queue_name != self.kind:
+        # Its own queue is the one in its environment (QUEUE_URL): names are never parsed for a kind.
+        own_queue = queue_name_of(self.queues.url(self.kind))
+        handler = self.handlers.get(self.kind)
+        if handler is None or queue_name_of(record.event_source_arn) != own_queue:
             # Never fail a whole batch for a queue we do not serve: log and acknowledge.
             logger.warning(
                 "record from an unknown queue acknowledged", extra={"eventSourceARN": record.event_source_arn}
