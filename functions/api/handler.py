@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Tracer
 from aws_lambda_powertools.logging import correlation_paths
 
 from aijobs import runtime
 from aijobs.api.app import configure, resolve
-from aijobs.observability import log_lambda_context
+from aijobs.observability import lambda_tracing, log_lambda_context
 
 configure(runtime.api_service)
 
 
-# X-Ray subsegments for every AWS call (the function itself runs with active tracing).
-tracer = Tracer()
-
-
-@tracer.capture_lambda_handler
+# X-Ray subsegments for the invocation and every AWS call, set up in Lambda only (see lambda_tracing).
+@lambda_tracing
 @log_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return resolve(event, context)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Tracer
-
+from aijobs import dead_letters as _own_code  # noqa: F401 - its own path, at init
 from aijobs import runtime
-from aijobs.observability import log_lambda_context
-
-# X-Ray subsegments for every AWS call (the function itself runs with active tracing).
-tracer = Tracer()
+from aijobs.observability import lambda_tracing, log_lambda_context
 
 
-@tracer.capture_lambda_handler
+# X-Ray subsegments for the invocation and every AWS call, set up in Lambda only (see lambda_tracing).
+@lambda_tracing
 @log_lambda_context()
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return runtime.dead_letter_consumer().handle(event, context)

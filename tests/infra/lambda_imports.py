@@ -98,6 +98,9 @@ def main(spec: dict[str, Any]) -> int:
                 raise TypeError(f"{module_name}.{attribute} is not callable")
             imported.append(module_name)
         # Modules a handler imports lazily (inside functions) must resolve as well.
+        for module_name in spec.get("modules", []):
+            importlib.import_module(module_name)
+            imported.append(module_name)
         for package in spec["packages"]:
             root = importlib.import_module(package)
             for info in pkgutil.walk_packages(root.__path__, prefix=package + "."):

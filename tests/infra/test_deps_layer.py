@@ -72,6 +72,8 @@ def _run_checker(paths: list[Path], handlers: list[list[str]], env: dict[str, st
         "paths": [str(path) for path in paths],
         "handlers": handlers,
         "packages": ["aijobs"],
+        # Loaded on the first invocation in Lambda, not at import (observability.lambda_tracing).
+        "modules": ["aws_xray_sdk.core", "aws_xray_sdk.ext.botocore.patch"],
         "runtime_packages": RUNTIME_PACKAGES,
         "site": sysconfig.get_paths()["purelib"],
         "soabi": LAMBDA_SOABI,

@@ -171,12 +171,31 @@ def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch
             assert response == {"batchItemFailures": []}, name
 
 
-def test_every_entry_point_traces_its_aws_calls() -> None:
+def test_every_entry_point_is_traced_in_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In Lambda, each entry point runs through a powertools Tracer built on its first invocation."""
     import importlib
 
-    from aws_lambda_powertools import Tracer
+    import aws_lambda_powertools
 
-    for role in sorted(set(EVENT_HANDLERS.values())):
-        module = importlib.import_module(f"{role}.handler")
-        assert isinstance(module.tracer, Tracer), role
-        assert module.handler.__name__ == "handler", role
+    built: list[str] = []
+
+    class RecordingTracer:
+        def capture_lambda_handler(self, handler: Any) -> Any:
+            built.append(handler.__name__)
+            return lambda event, context: "traced"
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "aijobs-dev-fn")
+    monkeypatch.setattr(aws_lambda_powertools, "Tracer", RecordingTracer)
+    roles = sorted(set(EVENT_HANDLERS.values()))
+    try:
+        for role in roles:
+            module = importlib.reload(importlib.import_module(f"{role}.handler"))
+            assert built.count("handler") == roles.index(role)  # importing built nothing
+            assert module.handler({}, LambdaContext("fn")) == "traced", role
+            assert module.handler({}, LambdaContext("fn")) == "traced", role
+            assert module.handler.__name__ == "handler", role
+        assert built == ["handler"] * len(roles)  # once per function
+    finally:
+        monkeypatch.undo()
+        for role in roles:  # later tests get entry points that have not cached the fake tracer
+            importlib.reload(importlib.import_module(f"{role}.handler"))

@@ -8,19 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 
 from aijobs import aws
 from aijobs.alerts import Alerts
-from aijobs.api.service import JobService
-from aijobs.consumer.control import ConsumerControl
-from aijobs.consumer.dispatcher import Consumer
-from aijobs.consumer.registry import QUEUE_HANDLERS
-from aijobs.consumer.retry import RetryPolicy
-from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import utcnow
-from aijobs.providers.registry import build_provider, reset_providers
+from aijobs.providers.registry import reset_providers
 from aijobs.queues import JobQueues
-from aijobs.scheduled.context import CronContext
 from aijobs.settings import (
     ConsumerSettings,
     CronSettings,
@@ -31,8 +25,15 @@ from aijobs.settings import (
     cron_settings,
     dlq_settings,
 )
-from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
+
+# Each factory imports its own function's code: a handler's import graph holds nothing of the
+# other functions (tests/unit/test_import_graph.py), which keeps every cold start to its own path.
+if TYPE_CHECKING:
+    from aijobs.api.service import JobService
+    from aijobs.consumer.dispatcher import Consumer
+    from aijobs.dead_letters import DeadLetterConsumer
+    from aijobs.scheduled.context import CronContext
 
 
 def directory(settings: FunctionSettings) -> Directory:
@@ -49,6 +50,13 @@ def consumer() -> Consumer:
 
 
 def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = utcnow) -> Consumer:
+    from aijobs.consumer.control import ConsumerControl
+    from aijobs.consumer.dispatcher import Consumer
+    from aijobs.consumer.registry import QUEUE_HANDLERS
+    from aijobs.consumer.retry import RetryPolicy
+    from aijobs.providers.registry import build_provider
+    from aijobs.store.results import ResultStore
+
     return Consumer(
         stage=settings.stage,
         kind=settings.queue_name,
@@ -78,6 +86,10 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
 
 @cache
 def api_service() -> JobService:
+    from aijobs.api.service import JobService
+    from aijobs.providers.registry import build_provider
+    from aijobs.store.results import ResultStore
+
     settings = api_settings()
     return JobService(
         directory=directory(settings),
@@ -101,6 +113,8 @@ def dead_letter_consumer() -> DeadLetterConsumer:
 def build_dead_letter_consumer(
     settings: DlqSettings, clock: Callable[[], datetime] = utcnow
 ) -> DeadLetterConsumer:
+    from aijobs.dead_letters import DeadLetterConsumer
+
     return DeadLetterConsumer(
         stage=settings.stage,
         directory=directory(settings),
@@ -118,6 +132,8 @@ def cron_context() -> CronContext:
 
 
 def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = utcnow) -> CronContext:
+    from aijobs.scheduled.context import CronContext
+
     return CronContext(
         stage=settings.stage,
         directory=directory(settings),
