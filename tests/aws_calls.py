@@ -8,6 +8,7 @@ policy; the benchmarks count them per job.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ class Access:
 class CallLog:
     calls: list[tuple[str, str]] = field(default_factory=list)  # (service, operation) as sent
     accesses: list[Access] = field(default_factory=list)
+    # Set to a list to keep each call's parameters too (the benchmark replays them).
+    keep_params: list[tuple[str, str, dict[str, Any]]] | None = None
 
     def count(self, service: str | None = None) -> int:
         return sum(1 for s, _ in self.calls if service is None or s == service)
@@ -53,6 +56,8 @@ class CallLog:
     def record(self, service: str, operation: str, params: dict[str, Any]) -> None:
         self.calls.append((service, operation))
         self.accesses.extend(_accesses(service, operation, params))
+        if self.keep_params is not None:
+            self.keep_params.append((service, operation, copy.deepcopy(params)))
 
 
 def _plain(value: Any) -> Any:

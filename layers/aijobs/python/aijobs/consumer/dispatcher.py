@@ -40,7 +40,8 @@ from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import JobQueues
 from aijobs.stage_config import queue_name_of
-from aijobs.store.jobs import PHASE_MERGE, JobStore
+from aijobs.store.jobs import PHASE_MERGE, JobKey, JobStore
+from aijobs.store.keys import is_child_id
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
 from aijobs.workflows.fanin import notify_parent
@@ -150,9 +151,27 @@ class Consumer:
     def _claim(self, record: SQSRecord, message: QueueMessage) -> tuple[JobStore, Job] | None:
         """Decide what this delivery means for the row; the claimed row, or None to acknowledge."""
         table = self.directory.shard_for(message.userId)
-        store = JobStore(table, self.clock) if table is not None else None
-        job = store.get(message.userId, message.jobId) if store is not None else None
-        if store is None or job is None:
+        if table is None:
+            logger.warning("job row missing: message acknowledged")
+            return None
+        store = JobStore(table, self.clock)
+        job: Job | None
+        if message.check is None and not is_child_id(message.jobId):
+            # The common case in one call: claim straight from the message. Only when that fails
+            # does the row (returned by the failed condition, not read again) say what to do. A
+            # re-check needs its row's id first, a workflow child its parent's state.
+            claimed, job = store.claim_delivered(
+                JobKey(message.userId, message.jobId, self.kind),
+                now=self.clock(),
+                lease=self.lease,
+                max_attempts=self.max_attempts,
+                due_tolerance=RETRY_TOLERANCE,
+            )
+            if claimed is not None:
+                return store, claimed
+        else:
+            job = store.get(message.userId, message.jobId)
+        if job is None:
             logger.warning("job row missing: message acknowledged")
             return None
         if job.kind != self.kind:

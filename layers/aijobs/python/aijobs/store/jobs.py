@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from aijobs.credits import CreditLedger
@@ -238,14 +239,7 @@ class JobStore:
             now,
             condition="(#status IN (:queued, :retryable) OR (#status = :running AND lease_expires_at < :now "
             "AND awaiting_provider = :false)) AND attempts < :max_attempts",
-            sets={
-                "attempts": ("attempts + :one", 1),
-                "started_at": iso(now),
-                "lease_expires_at": iso(now + lease),
-                "claim_id": uuid.uuid4().hex,
-                "awaiting_provider": False,
-                "next_attempt_at": None,
-            },
+            sets=_claim_sets(now, lease),
             values={
                 ":queued": JobStatus.QUEUED.value,
                 ":retryable": JobStatus.FAILED_RETRYABLE.value,
@@ -256,6 +250,56 @@ class JobStore:
             },
             lost_race_returns_none=True,
         )
+
+    def claim_delivered(
+        self,
+        key: JobKey,
+        *,
+        now: datetime,
+        lease: timedelta,
+        max_attempts: int,
+        due_tolerance: timedelta,
+    ) -> tuple[Job | None, Job | None]:
+        """Claim from a delivered message alone, without reading the row first: one conditional
+        update that takes the row if it is runnable now (of this kind, queued, or retryable and its
+        retry due within `due_tolerance`, or running under an expired lease; attempts left).
+
+        Returns (the claimed row, None), or (None, the row as it was) when the condition failed,
+        told by DynamoDB itself (`ReturnValuesOnConditionCheckFailure`), so the caller can say why
+        without another read; (None, None) when there is no such row.
+        """
+        request = self._update_request(
+            key,
+            JobStatus.RUNNING,
+            now,
+            condition="attribute_exists(pk) AND #kind = :kind AND attempts < :max_attempts AND ("
+            "#status = :queued OR "
+            "(#status = :retryable AND "
+            "(attribute_not_exists(next_attempt_at) OR next_attempt_at <= :due_by)) OR "
+            "(#status = :running AND lease_expires_at < :now AND awaiting_provider = :false))",
+            sets=_claim_sets(now, lease),
+            values={
+                ":kind": key.kind,
+                ":queued": JobStatus.QUEUED.value,
+                ":retryable": JobStatus.FAILED_RETRYABLE.value,
+                ":running": JobStatus.RUNNING.value,
+                ":now": iso(now),
+                ":due_by": iso(now + due_tolerance),
+                ":false": False,
+                ":max_attempts": max_attempts,
+            },
+        )
+        request["ExpressionAttributeNames"]["#kind"] = "kind"
+        try:
+            response = self._table.update_item(
+                **request, ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            old: dict[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
+            return None, _from_item(_deserialize(old)) if old else None
+        return _from_item(response["Attributes"]), None
 
     def claim_recheck(
         self, job: Job, *, now: datetime, lease: timedelta, check: str, counts_as_attempt: bool = False
@@ -850,7 +894,7 @@ class JobStore:
 
     @staticmethod
     def _update_request(
-        job: Job,
+        job: Job | JobKey,
         status: JobStatus,
         now: datetime,
         *,
@@ -911,7 +955,37 @@ class JobStore:
 _OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
 
 
-def _gsi1pk(job: Job, status: JobStatus) -> str:
+@dataclass(frozen=True)
+class JobKey:
+    """What a queue message tells of a row: enough to address it and keep its index keys right."""
+
+    user_id: str
+    job_id: str
+    kind: str
+    parent_id: str | None = None
+
+
+def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
+    """A claim's writes: one more attempt, a fresh lease and claim id, no pending retry."""
+    return {
+        "attempts": ("attempts + :one", 1),
+        "started_at": iso(now),
+        "lease_expires_at": iso(now + lease),
+        "claim_id": uuid.uuid4().hex,
+        "awaiting_provider": False,
+        "next_attempt_at": None,
+    }
+
+
+_DESERIALIZER = TypeDeserializer()
+
+
+def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
+    """A low-level item (an error's `Item`, which the resource layer leaves as sent) as Python."""
+    return {name: _DESERIALIZER.deserialize(value) for name, value in item.items()}
+
+
+def _gsi1pk(job: Job | JobKey, status: JobStatus) -> str:
     """A job's `by_user_status` partition: the owner's, or for a child its parent's children."""
     if job.parent_id is not None:
         return parent_status_pk(job.user_id, job.parent_id, status.value)
