@@ -33,6 +33,7 @@ from aijobs.errors import (
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
+    PaymentRequiredError,
     ProviderError,
     ServiceUnavailableError,
     TransitionConflict,
@@ -148,14 +149,19 @@ class JobService:
         )
         job = self._priced(job, request, input_size)
         digest = request_hash(request)
-        if idempotency_key is not None:
-            seen = store.get_idempotency(principal.user_id, idempotency_key)
-            if seen is not None:  # answer a replay before touching credits
-                return self._replay(store, principal, IdempotencyKeyExists(*seen), digest), True
+        # No read of the Idempotency-Key first: the transaction that writes the job is conditional
+        # on the key being new, and its cancellation says when it is not.
         try:
             job = self._create_paid(store, job, idempotency_key, digest)
-        except IdempotencyKeyExists as existing:  # a concurrent request with the same key won
+        except IdempotencyKeyExists as existing:  # an earlier (or concurrent) request used the key
             return self._replay(store, principal, existing, digest), True
+        except (PaymentRequiredError, ConflictError):
+            # Refused before the transaction could see the key (credits spent or busy since): a
+            # replay is still answered as one, only on this path does the key cost a read.
+            seen = store.get_idempotency(principal.user_id, idempotency_key) if idempotency_key else None
+            if seen is None:
+                raise
+            return self._replay(store, principal, IdempotencyKeyExists(*seen), digest), True
         try:
             self.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
         except Exception:

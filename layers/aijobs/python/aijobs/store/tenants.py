@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,10 @@ from aijobs.store.keys import API_KEY_SK, PK, PROFILE_SK, SHARD_PK, SK, api_key_
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
+
+
+# How long a container trusts a valid API key it looked up (see Directory.authenticate).
+API_KEY_CACHE_SECONDS = 60
 
 
 class OrphanedShardError(AijobsError):
@@ -50,6 +55,8 @@ class Directory:
         self.shard_tables = shard_tables
         self._shard_of: dict[str, int] = {}
         self._registered: set[int] = set()
+        self._keys: dict[str, tuple[Principal, float]] = {}  # key hash -> (principal, valid until)
+        self._monotonic = time.monotonic
 
     def shard_for(self, user_id: str) -> Table | None:
         """The user's shard table, or None for an unknown user."""
@@ -67,10 +74,23 @@ class Directory:
         return self.shard_tables[index]
 
     def authenticate(self, key: str) -> Principal | None:
-        item = self.meta.get_item(Key={PK: api_key_pk(hash_api_key(key)), SK: API_KEY_SK}).get("Item")
+        """The key's principal. A valid key is remembered for API_KEY_CACHE_SECONDS per container,
+        so a warm producer makes no lookup: revoking a key takes effect within that time. Unknown
+        and revoked keys are never cached (a new key works at once). The key item also carries
+        its user's shard (written with the key), which spares the user -> shard lookup."""
+        digest = hash_api_key(key)
+        cached = self._keys.get(digest)
+        if cached is not None and self._monotonic() < cached[1]:
+            return cached[0]
+        item = self.meta.get_item(Key={PK: api_key_pk(digest), SK: API_KEY_SK}).get("Item")
         if item is None or item.get("revoked"):
+            self._keys.pop(digest, None)
             return None
-        return Principal(user_id=str(item["userId"]), role=str(item.get("role", "user")))
+        principal = Principal(user_id=str(item["userId"]), role=str(item.get("role", "user")))
+        if "shard" in item:  # a user's shard never changes once assigned
+            self._shard_of.setdefault(principal.user_id, int(item["shard"]))  # type: ignore[arg-type]
+        self._keys[digest] = (principal, self._monotonic() + API_KEY_CACHE_SECONDS)
+        return principal
 
     def ensure_user(self, user_id: str) -> int:
         """Create the user's profile on a shard (stable by hash) unless it exists; returns the shard."""
@@ -109,13 +129,14 @@ class Directory:
         """Issue a key for a user (creating the user); the plaintext is returned once, never stored."""
         if role not in ("user", "admin"):
             raise ValueError(f"role must be 'user' or 'admin', not {role!r}")
-        self.ensure_user(user_id)
+        shard = self.ensure_user(user_id)
         key = new_api_key()
         self.meta.put_item(
             Item={
                 PK: api_key_pk(hash_api_key(key)),
                 SK: API_KEY_SK,
                 "userId": user_id,
+                "shard": shard,
                 "role": role,
                 "label": label,
                 "created_at": iso(utcnow()),
