@@ -134,3 +134,19 @@ def test_an_expired_lease_is_taken_over_in_one_call(stage: Stage) -> None:
     assert ("dynamodb", "GetItem") not in calls
     row = stage.job(job)
     assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 2)
+
+
+def test_a_retryable_failure_asks_dynamodb_for_no_row_back(stage: Stage) -> None:
+    """Nothing reads the row a retryable failure writes: its update returns nothing."""
+    stage.submit("alice", "summary", "#fail:503 " + TEXT)
+    url, arn = stage.resources.queue_urls["summary"], stage.resources.queue_arns["summary"]
+    (message,) = stage.sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    params: list[tuple[str, str, dict[str, Any]]] = []
+    with recording_calls() as log:
+        consumer = stage.consumer("summary")
+        consumer.directory.shard_for("alice")
+        log.keep_params = params
+        consumer.handle({"Records": [sqs_record(message, arn)]}, LambdaContext("fn"))
+    updates = [p for service, op, p in params if op == "UpdateItem"]
+    assert [u.get("ReturnValues") for u in updates] == ["ALL_NEW", "NONE"]  # the claim is read
+    assert updates[1]["ExpressionAttributeValues"][":status"] == JobStatus.FAILED_RETRYABLE.value

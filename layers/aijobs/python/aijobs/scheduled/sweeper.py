@@ -52,13 +52,13 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
 def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
     now = ctx.clock()
     if job.awaiting_provider:
-        if store.touch(job, now=now, hold=ctx.recheck + ctx.lease) is None:
+        if not store.touch(job, now=now, hold=ctx.recheck + ctx.lease):
             return "skipped"
         _send(ctx, job)
         return "recheck_resent"
     if job.attempts >= ctx.max_attempts:
         return _finalize(store, ctx, job, LEASE_EXPIRED)
-    if store.release_expired_lease(job, now=now, error_class=LEASE_EXPIRED) is None:
+    if not store.release_expired_lease(job, now=now, error_class=LEASE_EXPIRED):
         return "skipped"
     _send(ctx, job)
     return "requeued"
@@ -72,7 +72,7 @@ def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
         return NOT_DUE
     if job.attempts >= ctx.max_attempts:
         return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED)
-    if store.touch(job, now=now) is None:
+    if not store.touch(job, now=now):
         return "skipped"
     _send(ctx, job)
     return "resent"

@@ -380,9 +380,9 @@ class JobStore:
 
     def fail_retryable(
         self, job: Job, *, now: datetime, error_class: str, message: str, retry_at: datetime | None = None
-    ) -> Job:
+    ) -> None:
         """A failed attempt that may be retried, not before `retry_at` (back-off or Retry-After)."""
-        updated = self._transition(
+        self._transition_quietly(
             job,
             JobStatus.FAILED_RETRYABLE,
             now,
@@ -395,8 +395,6 @@ class JobStore:
             values=_claim_values(job),
             remove=("lease_expires_at",),
         )
-        assert updated is not None
-        return updated
 
     def fail_final(
         self,
@@ -545,9 +543,9 @@ class JobStore:
         assert updated is not None
         return updated
 
-    def release_expired_lease(self, job: Job, *, now: datetime, error_class: str) -> Job | None:
-        """`running` whose lease expired (its consumer died) -> `failed_retryable`; None if it moved on."""
-        return self._transition(
+    def release_expired_lease(self, job: Job, *, now: datetime, error_class: str) -> bool:
+        """`running` whose lease expired (its consumer died) -> `failed_retryable`; False if it moved on."""
+        return self._transition_quietly(
             job,
             JobStatus.FAILED_RETRYABLE,
             now,
@@ -565,12 +563,12 @@ class JobStore:
             lost_race_returns_none=True,
         )
 
-    def touch(self, job: Job, *, now: datetime, hold: timedelta | None = None) -> Job | None:
+    def touch(self, job: Job, *, now: datetime, hold: timedelta | None = None) -> bool:
         """Claim the right to re-send a stale row's message: one caller wins per `updated_at`."""
         sets: dict[str, Any] = {}
         if hold is not None:
             sets["lease_expires_at"] = iso(now + hold)
-        return self._transition(
+        return self._transition_quietly(
             job,
             job.status,
             now,
@@ -877,11 +875,51 @@ class JobStore:
         remove: Sequence[str] = (),
         lost_race_returns_none: bool = False,
     ) -> Job | None:
+        """The conditional status change, returning the new row (None: lost race, if asked)."""
+        response = self._transition_request(
+            job, status, now, condition=condition, sets=sets, values=values, remove=remove,
+            lost_race_returns_none=lost_race_returns_none, return_row=True,
+        )  # fmt: skip
+        return None if response is None else _from_item(response["Attributes"])
+
+    def _transition_quietly(
+        self,
+        job: Job,
+        status: JobStatus,
+        now: datetime,
+        *,
+        condition: str,
+        sets: dict[str, Any],
+        values: dict[str, Any],
+        remove: Sequence[str] = (),
+        lost_race_returns_none: bool = False,
+    ) -> bool:
+        """`_transition` for callers that do not read the new row: DynamoDB returns nothing.
+        False when it lost its race (if `lost_race_returns_none`)."""
+        response = self._transition_request(
+            job, status, now, condition=condition, sets=sets, values=values, remove=remove,
+            lost_race_returns_none=lost_race_returns_none, return_row=False,
+        )  # fmt: skip
+        return response is not None
+
+    def _transition_request(
+        self,
+        job: Job,
+        status: JobStatus,
+        now: datetime,
+        *,
+        condition: str,
+        sets: dict[str, Any],
+        values: dict[str, Any],
+        remove: Sequence[str],
+        lost_race_returns_none: bool,
+        return_row: bool,
+    ) -> dict[str, Any] | None:
         request = self._update_request(
             job, status, now, condition=condition, sets=sets, values=values, remove=remove
         )
         try:
-            response = self._table.update_item(**request, ReturnValues="ALL_NEW")
+            response = self._table.update_item(**request, ReturnValues="ALL_NEW" if return_row else "NONE")
         except ClientError as error:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
@@ -890,7 +928,7 @@ class JobStore:
             raise TransitionConflict(
                 f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
             ) from error
-        return _from_item(response["Attributes"])
+        return dict(response)
 
     @staticmethod
     def _update_request(
