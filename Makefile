@@ -9,7 +9,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: bootstrap test lint format typecheck pytest dev demo synth deps-layer deploy lock clean
+.PHONY: bootstrap test lint format typecheck pytest coverage bench dev demo synth deps-layer deploy lock clean
 
 ## Tools (venv, node_modules), then the Lambda dependency layer's cache (pip, once per lock; a
 ## failure here is not fatal: synth builds the layer itself or fails saying what to do).
@@ -42,7 +42,16 @@ typecheck: bootstrap
 	$(BIN)/mypy cdk cli functions layers tests scripts
 
 pytest: bootstrap
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The same tests under coverage (branch coverage about doubles the suite's time, so not in `make test`).
+coverage: bootstrap
 	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+
+## Performance figures as ratios against baselines measured in the same run (prints, asserts nothing).
+bench: bootstrap
+	$(BIN)/python scripts/benchmark.py
+	$(BIN)/python scripts/benchmark_local.py
 
 ## Fuzz the HTTP API from its OpenAPI document (schemathesis against the local stack; ~90 s).
 ## schemathesis lives in its own venv: its dependency pins clash with the project's.
