@@ -35,15 +35,18 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in ("functions", "layers/aijobs/python", "cdk", "cli", "."):
-    if str(ROOT / path) not in sys.path:
-        sys.path.insert(0, str(ROOT / path))
 
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-    os.environ.setdefault(key, "testing")
-os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
-os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"
+
+def _prepare_process() -> None:
+    """Import paths, fake credentials for moto, and no metric lines on stdout (run as a script)."""
+    for path in ("functions", "layers/aijobs/python", "cdk", "cli", "."):
+        if str(ROOT / path) not in sys.path:
+            sys.path.insert(0, str(ROOT / path))
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(key, "testing")
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"
 
 HANDLERS = ("api", "queue_consumer", "dlq_consumer", "cron_dispatcher")
 TEXT = "Queues decouple accepting work from doing it. A consumer does the slow part. Retries are classified."
@@ -349,6 +352,7 @@ def _goal(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _prepare_process()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=40, help="jobs per consumer measurement")
     parser.add_argument("--repeat", type=int, default=5, help="fresh interpreters per import figure")
