@@ -48,6 +48,7 @@ def _prepare_process() -> None:
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"
 
+
 HANDLERS = ("api", "queue_consumer", "dlq_consumer", "cron_dispatcher")
 TEXT = "Queues decouple accepting work from doing it. A consumer does the slow part. Retries are classified."
 # The floor of each path in this design: to accept a job, the query of the credit grants it draws
@@ -303,7 +304,9 @@ print(cpu, peak_kib())
 def _import_once(module: str) -> tuple[float, float]:
     paths = [str(ROOT / "functions"), str(ROOT / "layers/aijobs/python")]
     code = PROBE.format(paths=paths, module=module)
-    env = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1"}
+    from aijobs_cdk import LAMBDA_ONLY_ENV
+
+    env = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1", **LAMBDA_ONLY_ENV}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     cpu, rss = out.stdout.split()
     return float(cpu), float(rss)

@@ -16,3 +16,7 @@ LAMBDA_ARCHITECTURE = "arm64"
 _WHEEL_MACHINE = {"arm64": "aarch64", "x86_64": "x86_64"}[LAMBDA_ARCHITECTURE]
 # Lambda's Python 3.12+ runtimes run on Amazon Linux 2023 (glibc 2.34): these wheel platforms fit it.
 LAMBDA_WHEEL_PLATFORMS = (f"manylinux2014_{_WHEEL_MACHINE}", f"manylinux_2_28_{_WHEEL_MACHINE}")
+# Set on every function, and on the import benchmark's fresh interpreters (which measure what
+# Lambda loads): nothing the functions use registers a pydantic plugin, so pydantic need not scan
+# every installed distribution for one at cold start.
+LAMBDA_ONLY_ENV = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}

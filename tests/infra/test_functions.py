@@ -185,3 +185,9 @@ def test_producer_may_read_uploaded_inputs_to_check_they_exist(dev: Synth) -> No
 def _actions(statement: dict[str, Any]) -> list[str]:
     actions = statement["Action"]
     return [actions] if isinstance(actions, str) else list(actions)
+
+
+def test_every_function_skips_pydantics_plugin_scan_at_cold_start(dev: Synth) -> None:
+    for logical_id, resource in dev.resources("AWS::Lambda::Function").items():
+        variables = resource["Properties"]["Environment"]["Variables"]
+        assert variables["PYDANTIC_DISABLE_PLUGINS"] == "__all__", logical_id

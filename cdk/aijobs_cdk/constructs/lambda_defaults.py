@@ -19,6 +19,7 @@ from aijobs_cdk import (
     DEPS_REQUIREMENTS,
     FUNCTIONS_DIR,
     LAMBDA_ARCHITECTURE,
+    LAMBDA_ONLY_ENV,
     LAMBDA_PYTHON_VERSION,
     deps_layer,
 )
@@ -147,6 +148,7 @@ class LambdaDefaults(Construct):
                 "STAGE": self._config.stage,
                 "POWERTOOLS_SERVICE_NAME": service_name(self._config.stage),
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **LAMBDA_ONLY_ENV,
                 **environment,
             },
         )
