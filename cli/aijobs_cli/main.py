@@ -9,6 +9,7 @@ bad input exits non-zero with a message.
 from __future__ import annotations
 
 import json
+import math
 import mimetypes
 import signal
 import statistics
@@ -410,13 +411,20 @@ def submit(
     _emit(body, as_json, lambda b: out.print(escape(job_line(b))))
 
 
+# The API's longest long-poll (GET /jobs/{id}?wait=N).
+LONG_POLL_SECONDS = 20
+
+
 def _wait(target: Target, job_id: str, timeout: float) -> Any:
+    """Long-poll until the job is finished or `timeout` runs out: the API answers as soon as the
+    job ends, so one request covers up to 20 s and the CLI never polls in a tight loop."""
     deadline = time.monotonic() + timeout
     while True:
-        job = _api(target, "GET", _job_path(job_id))
-        if job["status"] in ("succeeded", "failed_final") or time.monotonic() > deadline:
+        left = math.ceil(deadline - time.monotonic())
+        wait = max(0, min(LONG_POLL_SECONDS, left))
+        job = _api(target, "GET", _job_path(job_id) + (f"?wait={wait}" if wait else ""))
+        if job["status"] in ("succeeded", "failed_final") or time.monotonic() >= deadline or not wait:
             return job
-        time.sleep(0.5)
 
 
 @app.command()

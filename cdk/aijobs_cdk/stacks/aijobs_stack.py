@@ -24,6 +24,7 @@ from aijobs_cdk.constructs.tables import Tables
 from aijobs_cdk.nag import acknowledge_grant_wildcards
 
 API_HANDLER = "api.handler.handler"
+API_TIMEOUT_SECONDS = 25
 CRON_HANDLER = "cron_dispatcher.handler.handler"
 
 
@@ -80,7 +81,9 @@ class AijobsStack(Stack):
             "ApiFunction",
             handler=API_HANDLER,
             description=f"aijobs {config.stage} HTTP API (producer)",
-            timeout=Duration.seconds(15),
+            # A long-poll (GET /jobs/{id}?wait=N, N <= 20) answers 2 s before this; the HTTP API's
+            # integration gives up at 30 s.
+            timeout=Duration.seconds(API_TIMEOUT_SECONDS),
             environment={
                 **table_env,
                 **queue_env,

@@ -37,7 +37,7 @@ from aijobs.api.schemas import (
     PresignedUpload,
     UploadRequest,
 )
-from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, JobService, links
+from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, LONG_POLL_MAX_SECONDS, JobService, links
 from aijobs.domain import JobStatus
 from aijobs.errors import (
     BodyTooLargeError,
@@ -299,10 +299,35 @@ def create_upload(body: UploadRequest) -> Response[PresignedUpload]:
     summary="Get one of your jobs",
     operation_id="getJob",
     tags=["jobs"],
-    responses=_responses(200, "the job", 404),
+    responses=_responses(200, "the job (with `wait`: once finished, or as it is when the wait ends)", 404),
 )
-def get_job(job_id: str) -> JobView:
-    return service().view(service().get(_principal(), job_id))
+def get_job(
+    job_id: str,
+    wait: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=LONG_POLL_MAX_SECONDS,
+            description="long-poll: answer as soon as the job is finished (`succeeded` or `failed_final`), "
+            f"or after this many seconds (at most {LONG_POLL_MAX_SECONDS}) with the job as it is then",
+        ),
+    ] = 0,
+) -> JobView:
+    svc = service()
+    if not wait:
+        return svc.view(svc.get(_principal(), job_id))
+    return svc.view(svc.wait_for(_principal(), job_id, min(wait, _seconds_left() - LONG_POLL_MARGIN_SECONDS)))
+
+
+# A long-poll answers this long before its function would time out, whatever `wait` says.
+LONG_POLL_MARGIN_SECONDS = 2.0
+
+
+def _seconds_left() -> float:
+    remaining = getattr(app.lambda_context, "get_remaining_time_in_millis", None)
+    if not callable(remaining):  # no Lambda context (a direct call): the longest wait applies
+        return float(LONG_POLL_MAX_SECONDS + LONG_POLL_MARGIN_SECONDS)
+    return float(remaining()) / 1000
 
 
 @app.post(

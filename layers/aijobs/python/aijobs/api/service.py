@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -86,6 +87,12 @@ def request_hash(request: JobRequest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# GET /jobs/{id}?wait=N: the longest wait (an HTTP API integration times out at 30 s) and the
+# pauses between reads of the row while the job is not finished (the last one repeats).
+LONG_POLL_MAX_SECONDS = 20
+LONG_POLL_BACKOFF = (0.25, 0.5, 1.0, 2.0)
+
+
 @dataclass
 class JobService:
     directory: Directory
@@ -99,6 +106,9 @@ class JobService:
     # Provider and model per kind (aijobs.provider_plan): a job's `model` must be one of its kind's.
     plans: dict[str, KindPlan] = field(default_factory=dict)
     auth_mode: str = "api_key"
+    # Long-poll pacing (GET /jobs/{id}?wait=N); tests pass a fake clock and sleep.
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
 
     def authenticate(self, authorization: str | None, jwt_claims: dict[str, Any] | None = None) -> Principal:
         """The caller: from a hashed API key, or (AUTH_MODE=jwt) from the claims the gateway verified."""
@@ -369,6 +379,24 @@ class JobService:
         job = store.get(principal.user_id, job_id) if _JOB_ID.fullmatch(job_id) else None
         if job is None:  # another tenant's job is indistinguishable from a missing one
             raise NotFoundError(f"no job {job_id!r}")
+        return job
+
+    def wait_for(self, principal: Principal, job_id: str, seconds: float) -> Job:
+        """The job as soon as it is finished, or as it is when `seconds` run out (long-poll).
+
+        The row is read at once, then again after LONG_POLL_BACKOFF's pauses (the last repeats):
+        at most about a dozen reads in 20 s, never a busy loop."""
+        job = self.get(principal, job_id)
+        deadline = self.monotonic() + seconds
+        pauses = iter(LONG_POLL_BACKOFF)
+        pause = LONG_POLL_BACKOFF[0]
+        while not job.status.is_terminal:
+            left = deadline - self.monotonic()
+            if left <= 0:
+                break
+            pause = next(pauses, pause)
+            self.sleep(min(pause, left))
+            job = self.get(principal, job_id)
         return job
 
     def list_jobs(
