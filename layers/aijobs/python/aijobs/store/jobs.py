@@ -855,13 +855,24 @@ class JobStore:
         return [{"Update": {"TableName": self.table_name, **request}}, *writes]
 
     def _apply(self, job: Job, request: dict[str, Any]) -> Job:
-        try:
-            response = self._table.update_item(**request, ReturnValues="ALL_NEW")
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                raise TransitionConflict(f"job {job.job_id}: update lost its race") from error
-            raise
+        """A prepared update of the row; TransitionConflict if its condition fails."""
+        response = self._send(request, return_row=True, conflict=f"job {job.job_id}: update lost its race")
+        assert response is not None
         return _from_item(response["Attributes"])
+
+    def _send(
+        self, request: dict[str, Any], *, return_row: bool, conflict: str | None
+    ) -> dict[str, Any] | None:
+        """UpdateItem; on a failed condition, TransitionConflict(`conflict`), or None without one."""
+        try:
+            response = self._table.update_item(**request, ReturnValues="ALL_NEW" if return_row else "NONE")
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            if conflict is None:
+                return None
+            raise TransitionConflict(conflict) from error
+        return dict(response)
 
     def _transition(
         self,
@@ -918,17 +929,10 @@ class JobStore:
         request = self._update_request(
             job, status, now, condition=condition, sets=sets, values=values, remove=remove
         )
-        try:
-            response = self._table.update_item(**request, ReturnValues="ALL_NEW" if return_row else "NONE")
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            if lost_race_returns_none:
-                return None
-            raise TransitionConflict(
-                f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
-            ) from error
-        return dict(response)
+        conflict = f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
+        return self._send(
+            request, return_row=return_row, conflict=None if lost_race_returns_none else conflict
+        )
 
     @staticmethod
     def _update_request(
