@@ -1,58 +1,530 @@
-"""A fix to moto's DynamoDB fake, applied wherever this project runs on moto (tests, local stack).
+"""Fixes to moto's slow paths, applied wherever this project runs on moto (tests, local stack).
 
-moto backs up a table before a TransactWriteItems so it can roll back on failure, but it makes
-that deep copy once per *item* of the transaction, not once per table: a 100-item transaction on a
-table of N items copies 100 x N items. A workflow split writes its children 100 per transaction,
-so on moto a 1,000-child split took a minute. `apply()` keeps moto's behaviour (one backup of each
-table taken before anything is written, restored on failure) and takes each table's copy once.
-Remove this module once moto copies each table once (it does not as of 5.2.5).
+Each one keeps what moto answers, and how its state changes, exactly as moto does it (for the
+inputs it accepts; anything else goes to moto's own code unchanged); only the work is less.
+`apply()` installs them all, once per process. Checked against moto 5.2.5
+(tests/unit/test_moto_speedups.py runs every patched path against moto's own).
+
+1. TransactWriteItems rollback (moto.dynamodb.models.DynamoDBBackend.transact_write_items).
+   moto deep-copies every table a transaction names (as many times as the transaction has items
+   on it) before it writes anything, and puts the copies back if the transaction fails: a write
+   costs a copy of the whole table, so the submit path slowed down as the tables grew, and a
+   rollback also undid whatever another request wrote to those tables meanwhile.
+   The patch copies, before anything is written, only the items the transaction's writes name
+   (and whether their partitions existed); moto then runs with its table copies turned into no-ops,
+   and on any failure the patch puts each of those items back as it was (absent ones removed,
+   partitions that only the transaction created dropped). A transaction that fails still leaves
+   every item as it was. Falls back to moto's table copies, one per table, when a table has a
+   stream (its records are part of what moto's copy restores) or an item is not one moto would
+   write by key (unknown table, missing key, more than 100 items...).
+   Remove when moto stops copying whole tables for a transaction.
+
+2. Query on a table's own key (moto.dynamodb.models.table.Table.query, no IndexName).
+   moto sorts *every item of the table* (with Python-level comparisons), keeps the partition's
+   ones, sorts them again, then walks the whole partition to skip past ExclusiveStartKey and test
+   the sort-key condition: each query costs O(table size), and the user's partition grows with
+   every job. The patch keeps each partition's sort keys in a sorted list (kept up to date as moto
+   writes and deletes items: partitions become `_SortedPartition`, a dict that maintains it),
+   finds where the condition's items and the ExclusiveStartKey are by bisection, and walks only
+   the items it returns (plus what decides LastEvaluatedKey). Results, their order, Count,
+   ScannedCount and LastEvaluatedKey are moto's, including moto's quirk of returning a
+   LastEvaluatedKey when Limit items matched and any other item of the partition follows them.
+   Only string sort keys, one sort-key condition (=, <, <=, >, >=, begins_with, between) and no
+   legacy QueryFilter/KeyConditions filters take this path; the rest is moto's code.
+   Remove when moto's Query stops sorting the whole table.
+
+3. Query on a secondary index (the same method, with IndexName).
+   moto sorts every item of the table before keeping the index partition's items, which it then
+   sorts by the index key and the table key, a total order. The patch hands moto the table's items
+   unsorted for that query: the same items, sorted once by moto into the same order. The walk over
+   the table's items stays (indexes are not maintained here). Remove with 2.
+
+4. Request routing (moto.backends.list_of_moto_modules).
+   moto's server lists its own package directory (a listdir and an isdir per service, about 200
+   system calls) for every request, twice for an SDK request, under a lock every request takes.
+   The patch lists it once: the installed package does not change while the process runs.
+   Remove when moto caches it.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import threading
+from collections import defaultdict
+from collections.abc import Iterator
 from functools import wraps
 from typing import Any
 
 _local = threading.local()
 _applied = False
+# moto's own functions, as they were before apply() (tests run both and compare).
+ORIGINALS: dict[str, Any] = {}
+# One lock for every tracked partition: held while a partition and its sorted keys change, and
+# while a query reads them, so a query never sees the one without the other.
+_partitions_lock = threading.RLock()
+
+# moto refuses items over 405,000 bytes (LimitedSizeDict) and cuts a page at 1,000,000 bytes
+# (table.RESULT_SIZE_LIMIT): one item alone never fills a page.
+_MAX_ITEM_SIZE = 405_000
+_RANGE_COMPARISONS = {"=", "EQ", "<", "LT", "<=", "LE", ">", "GT", ">=", "GE", "BEGINS_WITH", "BETWEEN"}
+
+
+# --- 1. transaction rollback ---------------------------------------------------------------------
 
 
 class _CopyModule:
-    """Stands in for the `copy` module inside moto's DynamoDB models: inside a transaction of the
-    current thread, a repeated deep copy of the same table is the one already made."""
+    """Stands in for the `copy` module inside moto's DynamoDB models. Inside a transaction whose
+    items the patch has saved, a table's deep copy is the table itself (moto's rollback then puts
+    each table back in its own place: nothing); inside any other transaction, each table is copied
+    once, however many of the transaction's items name it."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(copy, name)
 
     @staticmethod
     def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-        backups: dict[int, Any] | None = getattr(_local, "backups", None)
-        if backups is None or memo is not None:
+        mode = getattr(_local, "transaction", None)
+        if mode is None or memo is not None or not isinstance(value, _table_class):
             return copy.deepcopy(value, memo)
+        if mode == "journal":
+            return value
+        backups: dict[int, Any] = _local.backups
         if id(value) not in backups:
             backups[id(value)] = copy.deepcopy(value)
         return backups[id(value)]
 
 
-def apply() -> None:
-    """Install the fix (idempotent)."""
-    global _applied
-    if _applied:
-        return
-    from moto.dynamodb import models
+_table_class: Any = type(None)  # moto's Table, once apply() has imported it
 
+# (table, hash key, range key or None, the item as it was or None, whether its partition existed)
+_Saved = tuple[Any, Any, Any, Any, bool]
+
+
+def _saved_items(backend: Any, transact_items: list[dict[str, Any]]) -> list[_Saved] | None:
+    """A copy of every item the transaction may write, taken before it writes anything; None when
+    the transaction is one to leave to moto's table copies."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if not isinstance(transact_items, list) or len(transact_items) > 100:
+        return None
+    saved: list[_Saved] = []
+    try:
+        for entry in transact_items:
+            if not isinstance(entry, dict) or len(entry) != 1:
+                return None
+            ((op_type, op),) = entry.items()
+            if op_type == "ConditionCheck":
+                continue
+            if op_type not in ("Put", "Update", "Delete") or op.get("TableName") not in backend.tables:
+                return None
+            table = backend.tables[op["TableName"]]
+            if table.stream_shard is not None or not isinstance(table.items, defaultdict):
+                return None
+            key = op["Item"] if op_type == "Put" else op["Key"]
+            names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+            if not all(isinstance(key.get(name), dict) and len(key[name]) == 1 for name in names):
+                return None
+            hash_key = DynamoType(key[table.hash_key_attr])
+            range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+            if range_key is None:
+                saved.append((table, hash_key, None, copy.deepcopy(table.items.get(hash_key)), True))
+            else:
+                partition = table.items.get(hash_key)
+                item = None if partition is None else partition.get(range_key)
+                saved.append((table, hash_key, range_key, copy.deepcopy(item), partition is not None))
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError):
+        return None
+    return saved
+
+
+def _restore(saved: list[_Saved]) -> None:
+    for table, hash_key, range_key, item, partition_existed in reversed(saved):
+        if range_key is None:
+            if item is None:
+                table.items.pop(hash_key, None)
+            else:
+                table.items[hash_key] = item
+            continue
+        partition = table.items.get(hash_key)
+        if item is not None:
+            table.items[hash_key][range_key] = item
+        elif partition is not None:
+            partition.pop(range_key, None)
+            if not partition and not partition_existed:
+                table.items.pop(hash_key, None)
+
+
+def _patch_transactions(models: Any) -> None:
     original = models.DynamoDBBackend.transact_write_items
 
     @wraps(original)
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = _saved_items(self, transact_items)
+        _local.transaction = "copy" if saved is None else "journal"
         _local.backups = {}
         try:
             original(self, transact_items)
+        except BaseException:
+            if saved is not None:
+                _restore(saved)
+            raise
         finally:
-            _local.backups = None
+            _local.transaction = None
+            _local.backups = {}
 
     setattr(models, "copy", _CopyModule())  # noqa: B010 (moto imports `copy` as a module global)
-    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    models.DynamoDBBackend.transact_write_items = transact_write_items
+
+
+# --- 2. and 3. queries ---------------------------------------------------------------------------
+
+
+class _SortedPartition(dict[Any, Any]):
+    """A table partition (range key -> item) that keeps its string range keys sorted, once a query
+    has asked for them. Every way moto changes a partition goes through __setitem__ or pop; the
+    rest of dict's mutators drop the sorted keys (rebuilt by the next query)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._values: list[str] | None = None  # the keys' strings, sorted
+        self._keys: list[Any] = []  # the keys (DynamoType), in the same order
+
+    def __reduce__(self) -> Any:  # copies and pickles: the items, without the sorted keys
+        return (type(self), (dict(self),))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        with _partitions_lock:
+            new = key not in self
+            super().__setitem__(key, value)
+            if new and self._values is not None:
+                if key.type == "S" and isinstance(key.value, str):
+                    index = bisect.bisect_left(self._values, key.value)
+                    self._values.insert(index, key.value)
+                    self._keys.insert(index, key)
+                else:
+                    self._values = None
+
+    def _forget(self, key: Any) -> None:
+        if self._values is None or key not in self:
+            return
+        value = getattr(key, "value", None)
+        if not isinstance(value, str):
+            self._values = None
+            return
+        index = bisect.bisect_left(self._values, value)
+        if index < len(self._values) and self._keys[index] == key:
+            del self._values[index]
+            del self._keys[index]
+        else:
+            self._values = None
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        with _partitions_lock:
+            self._forget(key)
+            return super().pop(key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        with _partitions_lock:
+            self._forget(key)
+            super().__delitem__(key)
+
+    def clear(self) -> None:
+        with _partitions_lock:
+            self._values = None
+            super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        with _partitions_lock:
+            self._values = None
+            super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        with _partitions_lock:
+            self._values = None
+            return super().setdefault(key, default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        with _partitions_lock:
+            self._values = None
+            return super().popitem()
+
+    def __ior__(self, other: Any) -> _SortedPartition:  # type: ignore[misc]
+        with _partitions_lock:
+            self._values = None
+            return super().__ior__(other)
+
+    def sorted_keys(self) -> tuple[list[str], list[Any]] | None:
+        """The range keys' strings and keys, sorted; None if a key is not a string (call with
+        _partitions_lock held)."""
+        if self._values is None:
+            keys = list(self)
+            if not all(key.type == "S" and isinstance(key.value, str) for key in keys):
+                return None
+            keys.sort(key=lambda key: key.value)
+            self._keys = keys
+            self._values = [key.value for key in keys]
+        return self._values, self._keys
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix` (None: there is none)."""
+    for position in range(len(prefix) - 1, -1, -1):
+        if ord(prefix[position]) < 0x10FFFF:
+            return prefix[:position] + chr(ord(prefix[position]) + 1)
+    return None
+
+
+def _bounds(values: list[str], comparison: str | None, operands: list[str]) -> tuple[int, int]:
+    """The slice of the sorted `values` that moto's comparison keeps (a contiguous run)."""
+    low, high = 0, len(values)
+    if comparison is None:
+        return low, high
+    first = operands[0]
+    if comparison in ("=", "EQ"):
+        return bisect.bisect_left(values, first), bisect.bisect_right(values, first)
+    if comparison in ("<", "LT"):
+        return low, bisect.bisect_left(values, first)
+    if comparison in ("<=", "LE"):
+        return low, bisect.bisect_right(values, first)
+    if comparison in (">", "GT"):
+        return bisect.bisect_right(values, first), high
+    if comparison in (">=", "GE"):
+        return bisect.bisect_left(values, first), high
+    if comparison == "BEGINS_WITH":
+        end = _prefix_end(first)
+        low = bisect.bisect_left(values, first)
+        return low, (high if end is None else bisect.bisect_left(values, end))
+    # BETWEEN: lower <= value <= upper
+    low = bisect.bisect_left(values, first)
+    return low, max(low, bisect.bisect_right(values, operands[1]))
+
+
+def _single_type(value: Any, expected: str) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and expected in value
+
+
+def _fast_query(
+    table: Any,
+    hash_key: Any,
+    range_comparison: str | None,
+    range_objs: list[Any],
+    limit: int | None,
+    exclusive_start_key: dict[str, Any] | None,
+    scan_index_forward: bool,
+    projection_expressions: Any,
+    filter_expression: Any,
+    range_key_conditions: list[Any] | None,
+) -> tuple[list[Any], int, dict[str, Any] | None] | None:
+    """moto's Table.query on the table's own key, by bisection; None when it is not one of the
+    queries this handles (moto's code answers it)."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT
+
+    if (
+        table.range_key_attr is None
+        or table.range_key_type != "S"
+        or not isinstance(hash_key, DynamoType)
+        or hash_key.type not in ("S", "N", "B")
+        or not isinstance(scan_index_forward, bool)
+        or not (limit is None or (isinstance(limit, int) and limit >= 1))
+        or (
+            range_key_conditions
+            and (len(range_key_conditions) != 1 or range_key_conditions[0][0] != table.range_key_attr)
+        )
+        or (range_comparison is not None and range_comparison not in _RANGE_COMPARISONS)
+    ):
+        return None
+    operands: list[str] = []
+    if range_comparison is not None:
+        count = 2 if range_comparison == "BETWEEN" else 1
+        if len(range_objs) != count or not all(
+            isinstance(obj, DynamoType) and obj.type == "S" and isinstance(obj.value, str)
+            for obj in range_objs
+        ):
+            return None
+        operands = [obj.value for obj in range_objs]
+    skip_all, after = False, None
+    if exclusive_start_key is not None:
+        if not (
+            isinstance(exclusive_start_key, dict)
+            and _single_type(exclusive_start_key.get(table.hash_key_attr), hash_key.type)
+            and _single_type(exclusive_start_key.get(table.range_key_attr), "S")
+            and isinstance(exclusive_start_key[table.range_key_attr]["S"], str)
+        ):
+            return None
+        start_hash = DynamoType(exclusive_start_key[table.hash_key_attr])
+        if hash_key != start_hash:
+            # moto skips an item while it sorts before the key: here, all of them or none.
+            skip_all = (hash_key < start_hash) == scan_index_forward
+        else:
+            after = exclusive_start_key[table.range_key_attr]["S"]
+
+    results: list[Any] = []
+    result_size = 0
+    last_evaluated_key = None
+    with _partitions_lock:
+        found = table.items.get(hash_key)
+        if found is not None and not isinstance(found, _SortedPartition):
+            return None
+        partition: dict[Any, Any] = {} if found is None else found
+        ordered = found.sorted_keys() if found is not None else ([], [])
+        if ordered is None:
+            return None
+        values, keys = ordered
+        low, high = _bounds(values, range_comparison, operands)
+        if skip_all:
+            low = high = 0
+        # Positions in the order moto walks the partition: the matching ones, then those after them.
+        if scan_index_forward:
+            start = 0 if after is None else bisect.bisect_right(values, after)
+            matching: Iterator[int] = iter(range(max(low, start), max(high, low, start)))
+            rest: Iterator[int] = iter(range(max(high, low, start), len(values)))
+        else:
+            start = len(values) if after is None else bisect.bisect_left(values, after)
+            top = min(high, start)
+            matching = iter(range(top - 1, low - 1, -1))
+            rest = iter(range(min(low, top) - 1, -1, -1))
+        for index in matching:
+            item = dict.__getitem__(partition, keys[index])
+            size = item.size()
+            if len(results) == limit or result_size + size > RESULT_SIZE_LIMIT:
+                last_evaluated_key = table._get_last_evaluated_key(results[-1], None)
+                break
+            results.append(item)
+            result_size += size
+        else:
+            # moto goes on through the rest of the partition: none of it matches, but meeting
+            # an item once Limit items matched, or one too big for the page, ends the page there.
+            if results and (len(results) == limit or result_size + _MAX_ITEM_SIZE > RESULT_SIZE_LIMIT):
+                for index in rest:
+                    item = dict.__getitem__(partition, keys[index])
+                    if len(results) == limit or result_size + item.size() > RESULT_SIZE_LIMIT:
+                        last_evaluated_key = table._get_last_evaluated_key(results[-1], None)
+                        break
+    scanned_count = len(results)
+    results = copy.deepcopy(results)
+    if filter_expression is not None:
+        results = [item for item in results if filter_expression.expr(item)]
+    if projection_expressions:
+        results = [item.project(projection_expressions) for item in results]
+    return results, scanned_count, last_evaluated_key
+
+
+def _unsorted(table: Any) -> bool:
+    """Whether this thread is in an index query of `table` (its items need not be sorted)."""
+    return getattr(_local, "unsorted_items", None) is table
+
+
+def _patch_queries(table_module: Any) -> None:
+    table_class = table_module.Table
+    original_init = table_class.__init__
+    original_query = table_class.query
+    original_all_items = table_class.all_items
+
+    @wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        if isinstance(self.items, defaultdict) and self.items.default_factory is dict and not self.items:
+            self.items = defaultdict(_SortedPartition)
+
+    @wraps(original_all_items)
+    def all_items(self: Any) -> list[Any]:
+        if not _unsorted(self):
+            return original_all_items(self)  # type: ignore[no-any-return]
+        items: list[Any] = []
+        for hash_set in list(self.items.values()):
+            items.extend(list(hash_set.values()) if self.range_key_attr else [hash_set])
+        return items
+
+    @wraps(original_query)
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: str | None,
+        range_objs: list[Any],
+        limit: int,
+        exclusive_start_key: dict[str, Any],
+        scan_index_forward: bool,
+        projection_expressions: Any,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        filter_expression: Any = None,
+        hash_key_conditions: Any = None,
+        range_key_conditions: Any = None,
+        **filter_kwargs: Any,
+    ) -> tuple[list[Any], int, dict[str, Any] | None]:
+        arguments = (
+            hash_key,
+            range_comparison,
+            range_objs,
+            limit,
+            exclusive_start_key,
+            scan_index_forward,
+            projection_expressions,
+            index_name,
+            consistent_read,
+            filter_expression,
+        )
+        keywords = {"hash_key_conditions": hash_key_conditions, "range_key_conditions": range_key_conditions}
+        if not index_name and not filter_kwargs:
+            answer = _fast_query(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                filter_expression,
+                range_key_conditions,
+            )
+            if answer is not None:
+                return answer
+        if not index_name:
+            return original_query(self, *arguments, **keywords, **filter_kwargs)  # type: ignore[no-any-return]
+        # An index query sorts the items it keeps by the index key then the table key, a total
+        # order: the table's items need not be sorted first.
+        _local.unsorted_items = self
+        try:
+            return original_query(self, *arguments, **keywords, **filter_kwargs)  # type: ignore[no-any-return]
+        finally:
+            _local.unsorted_items = None
+
+    table_class.__init__ = __init__
+    table_class.all_items = all_items
+    table_class.query = query
+
+
+# --- 4. request routing --------------------------------------------------------------------------
+
+
+def _patch_routing(backends: Any) -> None:
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+
+
+def apply() -> None:
+    """Install the fixes (idempotent)."""
+    global _applied, _table_class
+    if _applied:
+        return
+    from moto import backends
+    from moto.dynamodb import models
+    from moto.dynamodb.models import table
+
+    ORIGINALS.update(
+        {
+            "DynamoDBBackend.transact_write_items": models.DynamoDBBackend.transact_write_items,
+            "Table.__init__": table.Table.__init__,
+            "Table.query": table.Table.query,
+            "Table.all_items": table.Table.all_items,
+            "list_of_moto_modules": backends.list_of_moto_modules,
+        }
+    )
+    _table_class = table.Table
+    _patch_transactions(models)
+    _patch_queries(table)
+    _patch_routing(backends)
     _applied = True

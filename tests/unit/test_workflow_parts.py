@@ -4,7 +4,6 @@ that the workflow splits rely on (its rollback must still roll back)."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from collections.abc import Iterator
@@ -15,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
-from moto.dynamodb import models
 from mypy_boto3_dynamodb import DynamoDBClient
 from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
@@ -536,36 +534,3 @@ def test_a_transaction_applies_all_its_items(dynamodb: DynamoDBClient) -> None:
     before = _contents(dynamodb)
     _failing(dynamodb)
     assert _contents(dynamodb) == before
-
-
-class _CountingCopy:
-    """Stands in for `copy` inside moto_speedups, counting the deep copies of whole tables."""
-
-    def __init__(self) -> None:
-        self.tables = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(copy, name)
-
-    def deepcopy(self, value: Any, memo: dict[int, Any] | None = None) -> Any:
-        if type(value).__name__ == "Table":
-            self.tables += 1
-        return copy.deepcopy(value, memo)
-
-
-def test_each_table_is_copied_once_per_transaction(
-    dynamodb: DynamoDBClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    counting = _CountingCopy()
-    monkeypatch.setattr(moto_speedups, "copy", counting)
-    dynamodb.transact_write_items(TransactItems=[_put(TABLE, f"new{n}") for n in range(6)])
-    assert counting.tables == 1
-    _failing(dynamodb)
-    assert counting.tables == 3  # one copy of each of the two tables
-    # Outside a transaction, moto's deep copies are fresh copies again.
-    moto_copy: Any = vars(models)["copy"]
-    value = {"a": [1]}
-    first = moto_copy.deepcopy(value)
-    assert first == value
-    assert first is not value
-    assert moto_copy.deepcopy(value) is not first
