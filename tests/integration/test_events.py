@@ -115,7 +115,7 @@ def test_every_queue_kind_of_every_shipped_stage_has_an_event_named_after_it() -
     events = consumer_events()
     for stage, config in shipped_stages().items():
         for kind in config.queue_names:
-            name = f"sqs-{kind}-batch.json"  # the README's `-e events/sqs-<kind>-batch.json`
+            name = f"sqs-{kind}-batch.json"  # sam-env copies it to .aijobs/events (README)
             assert name in events, f"{stage}: no sample event for the {kind} consumer ({name})"
             event_stage, event_kind = events[name]
             assert event_kind == kind, name
