@@ -27,6 +27,7 @@ from aijobs.store.keys import (
     TTL_ATTRIBUTE,
     children_sk_prefix,
     idempotency_sk,
+    is_child_id,
     iso,
     job_sk,
     kind_status_pk,
@@ -887,10 +888,11 @@ class JobStore:
         lost_race_returns_none: bool = False,
     ) -> Job | None:
         """The conditional status change, returning the new row (None: lost race, if asked)."""
-        response = self._transition_request(
-            job, status, now, condition=condition, sets=sets, values=values, remove=remove,
-            lost_race_returns_none=lost_race_returns_none, return_row=True,
-        )  # fmt: skip
+        request = self._update_request(
+            job, status, now, condition=condition, sets=sets, values=values, remove=remove
+        )
+        conflict = _lost_race(job, status, lost_race_returns_none)
+        response = self._send(request, return_row=True, conflict=conflict)
         return None if response is None else _from_item(response["Attributes"])
 
     def _transition_quietly(
@@ -907,32 +909,11 @@ class JobStore:
     ) -> bool:
         """`_transition` for callers that do not read the new row: DynamoDB returns nothing.
         False when it lost its race (if `lost_race_returns_none`)."""
-        response = self._transition_request(
-            job, status, now, condition=condition, sets=sets, values=values, remove=remove,
-            lost_race_returns_none=lost_race_returns_none, return_row=False,
-        )  # fmt: skip
-        return response is not None
-
-    def _transition_request(
-        self,
-        job: Job,
-        status: JobStatus,
-        now: datetime,
-        *,
-        condition: str,
-        sets: dict[str, Any],
-        values: dict[str, Any],
-        remove: Sequence[str],
-        lost_race_returns_none: bool,
-        return_row: bool,
-    ) -> dict[str, Any] | None:
         request = self._update_request(
             job, status, now, condition=condition, sets=sets, values=values, remove=remove
         )
-        conflict = f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
-        return self._send(
-            request, return_row=return_row, conflict=None if lost_race_returns_none else conflict
-        )
+        conflict = _lost_race(job, status, lost_race_returns_none)
+        return self._send(request, return_row=False, conflict=conflict) is not None
 
     @staticmethod
     def _update_request(
@@ -997,6 +978,11 @@ class JobStore:
 _OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
 
 
+def _lost_race(job: Job, status: JobStatus, returns_none: bool) -> str | None:
+    """The TransitionConflict message of a status change, or None where losing returns None."""
+    return None if returns_none else f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
+
+
 @dataclass(frozen=True)
 class JobKey:
     """What a queue message tells of a row: enough to address it and keep its index keys right."""
@@ -1004,7 +990,11 @@ class JobKey:
     user_id: str
     job_id: str
     kind: str
-    parent_id: str | None = None
+
+    @property
+    def parent_id(self) -> str | None:
+        """A child's parent, from its id (`<parent>.<part>`); None for any other job."""
+        return self.job_id.rsplit(".", 1)[0] if is_child_id(self.job_id) else None
 
 
 def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
