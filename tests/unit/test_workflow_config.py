@@ -337,5 +337,7 @@ def test_the_dlq_consumer_maps_its_queues_to_kinds_from_its_environment() -> Non
     assert settings.dead_letter_kinds == {name: kind for kind, name in names.items()}
     with pytest.raises(ValueError, match="DEAD_LETTER_QUEUES"):
         DlqSettings.from_env(env)  # missing: a miswired stack fails at cold start
-    with pytest.raises(ValueError, match="expected kind=queue-name, got 'summary'"):
+    with pytest.raises(ValueError, match="DEAD_LETTER_QUEUES: 'summary' must be <kind>=<value>"):
         DlqSettings.from_env({**env, "DEAD_LETTER_QUEUES": "summary"})
+    with pytest.raises(ValueError, match="DEAD_LETTER_QUEUES: kind 'summary' is listed twice"):
+        DlqSettings.from_env({**env, "DEAD_LETTER_QUEUES": "summary=a-dlq;summary=b-dlq"})

@@ -100,7 +100,7 @@ def is_inference_profile(model: str) -> bool:
     return base_model_id(model) != model
 
 
-def _pairs(key: str, raw: str | None) -> dict[str, str]:
+def kind_pairs(key: str, raw: str | None) -> dict[str, str]:
     """`a=x;b=y` -> {"a": "x", "b": "y"} (entries trimmed; a kind listed twice is an error)."""
     pairs: dict[str, str] = {}
     for entry in (raw or "").split(";"):
@@ -142,9 +142,9 @@ def parse_provider_plan(
     if default not in PROVIDERS:
         raise ProviderPlanError(f"PROVIDER={default!r} is not one of {list(PROVIDERS)}")
     known = (*kinds, CLASSIFY)
-    providers = _pairs("KIND_PROVIDERS", kind_providers)
-    models = _pairs("KIND_MODELS", kind_models)
-    allowed = _pairs("KIND_ALLOWED_MODELS", kind_allowed_models)
+    providers = kind_pairs("KIND_PROVIDERS", kind_providers)
+    models = kind_pairs("KIND_MODELS", kind_models)
+    allowed = kind_pairs("KIND_ALLOWED_MODELS", kind_allowed_models)
     for key, entries in (
         ("KIND_PROVIDERS", providers),
         ("KIND_MODELS", models),
@@ -217,9 +217,9 @@ def plans_setting(plans: tuple[KindPlan, ...]) -> dict[str, str]:
 
 def plans_from_setting(env: Mapping[str, str]) -> dict[str, KindPlan]:
     """Read back what `plans_setting` wrote (functions trust the validated synth-time plan)."""
-    providers = _pairs("KIND_PROVIDERS", env.get("KIND_PROVIDERS"))
-    models = _pairs("KIND_MODELS", env.get("KIND_MODELS"))
-    allowed = _pairs("KIND_ALLOWED_MODELS", env.get("KIND_ALLOWED_MODELS"))
+    providers = kind_pairs("KIND_PROVIDERS", env.get("KIND_PROVIDERS"))
+    models = kind_pairs("KIND_MODELS", env.get("KIND_MODELS"))
+    allowed = kind_pairs("KIND_ALLOWED_MODELS", env.get("KIND_ALLOWED_MODELS"))
     return {
         kind: KindPlan(
             kind,

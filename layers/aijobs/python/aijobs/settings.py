@@ -13,7 +13,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aijobs.provider_plan import KindPlan, plans_from_setting
+from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
 from aijobs.stage_config import DEAD_LETTER_QUEUES, binding_name, parse_prices, split_list
 
 
@@ -160,13 +160,7 @@ class DlqSettings(FunctionSettings):
     def _parse_dead_letter_queues(cls, value: Any) -> Any:
         if not isinstance(value, str):
             return value
-        kinds: dict[str, str] = {}
-        for entry in split_list(value):
-            kind, separator, name = (part.strip() for part in entry.partition("="))
-            if not separator or not kind or not name:
-                raise ValueError(f"{DEAD_LETTER_QUEUES}: expected kind=queue-name, got {entry!r}")
-            kinds[name] = kind
-        return kinds
+        return {name: kind for kind, name in kind_pairs(DEAD_LETTER_QUEUES, value).items()}
 
 
 class CronSettings(_QueueSettings):
