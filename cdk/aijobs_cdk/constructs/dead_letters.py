@@ -11,7 +11,7 @@ from constructs import Construct
 from aijobs.stage_config import PARKING_QUEUE, StageConfig, resource_prefix
 from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, DLQ_RETENTION, JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
-from aijobs_cdk.constructs.naming import queue_name, stateful_removal
+from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
 
 DLQ_HANDLER = "dlq_consumer.handler.handler"
@@ -29,13 +29,11 @@ class DeadLetterParking(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)
-        self.queue = sqs.Queue(
+        self.queue = stage_queue(
             self,
             "Queue",
-            queue_name=queue_name(config, resource_prefix(config.stage) + PARKING_SUFFIX),
-            removal_policy=stateful_removal(config),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            config=config,
+            name=resource_prefix(config.stage) + PARKING_SUFFIX,
             # SQS counts retention from a message's first enqueue, so keep the longest allowed.
             retention_period=DLQ_RETENTION,
         )

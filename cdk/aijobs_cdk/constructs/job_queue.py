@@ -11,7 +11,7 @@ from constructs import Construct
 
 from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
-from aijobs_cdk.constructs.naming import queue_name, stateful_removal
+from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
 
 MAIN_QUEUE_RETENTION = Duration.days(4)
@@ -40,13 +40,11 @@ class JobQueue(Construct):
         super().__init__(scope, construct_id)
         self.kind = kind
         name = queue_resource_name(config.stage, kind)
-        self.dlq = sqs.Queue(
+        self.dlq = stage_queue(
             self,
             "Dlq",
-            queue_name=queue_name(config, name + DLQ_SUFFIX),
-            removal_policy=stateful_removal(config),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            config=config,
+            name=name + DLQ_SUFFIX,
             retention_period=DLQ_RETENTION,
             visibility_timeout=Duration.seconds(
                 6 * int(DLQ_CONSUMER_TIMEOUT.to_seconds()) + config.batch_window_seconds
@@ -58,13 +56,11 @@ class JobQueue(Construct):
             "AwsSolutions-SQS3",
             "This queue is itself a dead-letter queue",
         )
-        self.queue = sqs.Queue(
+        self.queue = stage_queue(
             self,
             "Queue",
-            queue_name=queue_name(config, name),
-            removal_policy=stateful_removal(config),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            config=config,
+            name=name,
             retention_period=MAIN_QUEUE_RETENTION,
             visibility_timeout=Duration.seconds(config.visibility_timeout_seconds),
             dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=config.max_receive_count),

@@ -12,14 +12,30 @@ events use) and the queues go with the stack.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import RemovalPolicy
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
 
 from aijobs.stage_config import StageConfig
 
 
-def queue_name(config: StageConfig, name: str) -> str | None:
-    """`name` outside production; None (CloudFormation generates one) in production."""
-    return None if config.is_production else name
+def stage_queue(
+    scope: Construct, construct_id: str, *, config: StageConfig, name: str, **props: Any
+) -> sqs.Queue:
+    """A queue of the stage: named `name` outside production (CloudFormation names it in
+    production), kept or removed with the stack as `stateful_removal` says, encrypted (SQS-managed
+    keys) and refusing plain HTTP. `props`: the rest of the queue (retention, redrive, ...)."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        queue_name=None if config.is_production else name,
+        removal_policy=stateful_removal(config),
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        **props,
+    )
 
 
 def stateful_removal(config: StageConfig) -> RemovalPolicy:

@@ -25,7 +25,7 @@ from constructs import Construct
 # Payload keys the dispatcher reads: `cron` is the exact CRONS entry (the SCHEDULED_HANDLERS key).
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_EXECUTION_ID, PAYLOAD_SCHEDULED_TIME
 from aijobs.stage_config import CRON_DEAD_LETTER_QUEUE, StageConfig, resource_prefix
-from aijobs_cdk.constructs.naming import queue_name, stateful_removal
+from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge, logical_id
 
 # Scheduler -> Lambda delivery: a few tries within minutes; a firing older than the shortest cron
@@ -52,13 +52,11 @@ class Schedules(Construct):
             # Nothing invokes the dispatcher asynchronously; an operator's run is synchronous.
             dispatcher.configure_async_invoke(retry_attempts=0)
             return
-        self.dead_letter_queue = sqs.Queue(
+        self.dead_letter_queue = stage_queue(
             self,
             "DeadLetters",
-            queue_name=queue_name(config, resource_prefix(config.stage) + DEAD_LETTER_SUFFIX),
-            removal_policy=stateful_removal(config),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            config=config,
+            name=resource_prefix(config.stage) + DEAD_LETTER_SUFFIX,
             retention_period=DEAD_LETTER_RETENTION,
         )
         acknowledge(
