@@ -22,15 +22,14 @@ from moto import mock_aws
 from aijobs import aws, runtime
 from aijobs.domain import JobStatus
 from aijobs.scheduled.maintenance import write_retention
-from aijobs.settings import DlqSettings
 from aijobs.stage_config import parse_stage_config
 from aijobs_cdk import REPO_ROOT
-from aijobs_cli.esm import LambdaContext, QueueMapping
+from aijobs_cli.esm import LambdaContext
 from aijobs_cli.resources import provision
 from tests.aws_calls import Access, CallLog, recording_calls
 from tests.infra.template import Synth, role_statements, target_id
 from tests.integration.harness import Clock, Stage, load_event
-from tests.integration.test_api import Api
+from tests.integration.test_producer_calls import recorded_producer
 
 READ = {"dynamodb:GetItem", "dynamodb:Query"}
 WRITE = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
@@ -173,15 +172,7 @@ def test_every_table_call_of_the_producer_is_granted(
     stage: Stage,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for key, value in stage.resources.api_env().items():
-        monkeypatch.setenv(key, value)
-    with recording_calls() as log:
-        runtime.reset_runtime()
-        runtime.api_service().clock = stage.clock
-        from api import handler
-
-        api = Api(stage, handler.handler)
-        log.clear()  # the fixture's own set-up (keys, credits) is not the producer's
+    with recorded_producer(stage, monkeypatch) as (api, log):
         body = {"kind": "summary", "input": {"text": "Queues decouple work. The consumer runs it."}}
         status, _, created = api.call("api-post-jobs.json", body=body, headers={"idempotency-key": "k-1"})
         assert status == 202
@@ -209,7 +200,6 @@ def test_every_table_call_of_the_producer_is_granted(
         assert children[0] == 200
     used = _assert_allowed(dev, "api.handler.handler", stage, log)
     assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= used
-    runtime.reset_runtime()
 
 
 def test_every_table_call_of_the_cron_dispatcher_is_granted(
@@ -273,17 +263,7 @@ def test_every_table_call_of_the_consumers_and_the_dlq_consumer_is_granted(dev: 
 
     with recording_calls() as dlq:
         runtime.reset_runtime()
-        consumer = runtime.build_dead_letter_consumer(
-            DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
-        )
-        mapping = QueueMapping(
-            sqs=stage.sqs,
-            queue_url=stage.resources.dlq_urls["summary"],
-            queue_arn=stage.resources.dlq_arns["summary"],
-            handler=consumer.handle,
-            function_name="dlq",
-        )
-        assert mapping.poll_once().received == 1
+        assert stage.dlq_mapping("summary").poll_once().received == 1  # built inside: recorded
     assert stage.job(doomed).status is JobStatus.FAILED_FINAL
     assert _assert_allowed(dev, "dlq_consumer.handler.handler", stage, dlq) >= {"dynamodb:PutItem"}
     runtime.reset_runtime()

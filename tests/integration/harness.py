@@ -15,11 +15,12 @@ import boto3
 
 from aijobs import runtime
 from aijobs.consumer.dispatcher import Consumer
+from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.ids import new_job_id
 from aijobs.providers.base import ProviderRequest, ProviderResult
 from aijobs.providers.local import LocalProvider
-from aijobs.settings import ConsumerSettings
+from aijobs.settings import ConsumerSettings, DlqSettings
 from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
 from aijobs_cli.esm import QueueMapping
@@ -98,6 +99,22 @@ class Stage:
             handler=self.consumer(kind).handle,
             function_name=f"aijobs-dev-consumer-{kind}",
             batch_size=batch_size,
+        )
+
+    def dead_letter_consumer(self) -> DeadLetterConsumer:
+        """The stage's DLQ consumer, on the test's clock (built anew: its clients are the current ones)."""
+        return runtime.build_dead_letter_consumer(
+            DlqSettings.from_env(self.resources.dlq_env()), clock=self.clock
+        )
+
+    def dlq_mapping(self, kind: str = "summary") -> QueueMapping:
+        """A kind's DLQ delivered to the DLQ consumer, as its event-source mapping would."""
+        return QueueMapping(
+            sqs=self.sqs,
+            queue_url=self.resources.dlq_urls[kind],
+            queue_arn=self.resources.dlq_arns[kind],
+            handler=self.dead_letter_consumer().handle,
+            function_name="aijobs-dev-dlq",
         )
 
     def store_for(self, user_id: str) -> JobStore:

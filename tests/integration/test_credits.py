@@ -14,7 +14,6 @@ from aijobs.domain import JobStatus
 from aijobs.errors import TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
-from aijobs.settings import DlqSettings
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
@@ -142,9 +141,7 @@ def test_a_dead_lettered_job_is_refunded_once_even_if_delivered_twice(stage: Sta
     list(stage.drain("summary"))
     assert _invariant(_ledger(stage), "alice") == 7  # still reserved while retrying
     (message,) = stage.receive(stage.resources.dlq_urls["summary"])
-    consumer = runtime.build_dead_letter_consumer(
-        DlqSettings.from_env(stage.resources.dlq_env()), stage.clock
-    )
+    consumer = stage.dead_letter_consumer()
     record = load_event("sqs-dlq-batch.json")["Records"][0]
     record |= {"body": message["Body"], "messageId": message["MessageId"]}
     record["eventSourceARN"] = stage.resources.dlq_arns["summary"]

@@ -10,34 +10,17 @@ import boto3
 import pytest
 
 from aijobs import runtime
-from aijobs.dead_letters import DeadLetterConsumer, list_dead_letters
+from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import JobStatus
 from aijobs.errors import NotFoundError, TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
-from aijobs.settings import DlqSettings
-from aijobs_cli.esm import LambdaContext, QueueMapping
+from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration
 
 TEXT = "A sentence to summarise. Another one follows it here."
-
-
-def _dlq_consumer(stage: Stage) -> DeadLetterConsumer:
-    return runtime.build_dead_letter_consumer(
-        DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
-    )
-
-
-def _dlq_mapping(stage: Stage, kind: str) -> QueueMapping:
-    return QueueMapping(
-        sqs=stage.sqs,
-        queue_url=stage.resources.dlq_urls[kind],
-        queue_arn=stage.resources.dlq_arns[kind],
-        handler=_dlq_consumer(stage).handle,
-        function_name="aijobs-dev-dlq",
-    )
 
 
 def _meta(stage: Stage) -> Any:
@@ -65,7 +48,7 @@ def test_exhausted_job_is_recorded_finalized_alerted_and_counted(
     inbox = stage.subscribe_inbox()
     job = _exhaust(stage)
     capfd.readouterr()
-    outcome = _dlq_mapping(stage, "summary").poll_once()
+    outcome = stage.dlq_mapping("summary").poll_once()
     assert (outcome.received, outcome.failed_ids) == (1, [])
 
     row = stage.job(job)
@@ -102,7 +85,7 @@ def test_a_duplicate_dead_letter_delivery_alerts_once(stage: Stage) -> None:
     record |= {"body": message["Body"], "messageId": message["MessageId"]}
     record["eventSourceARN"] = stage.resources.dlq_arns["summary"]
     event = {"Records": [record]}
-    consumer = _dlq_consumer(stage)
+    consumer = stage.dead_letter_consumer()
     assert consumer.handle(event, LambdaContext("dlq")) == {"batchItemFailures": []}
     assert consumer.handle(event, LambdaContext("dlq")) == {"batchItemFailures": []}
     assert len(stage.receive(inbox)) == 1
@@ -114,7 +97,7 @@ def test_an_unreadable_dead_letter_is_recorded_without_its_body(stage: Stage) ->
     stage.sqs.send_message(
         QueueUrl=stage.resources.dlq_urls["summary"], MessageBody="secret prompt, not json"
     )
-    assert _dlq_mapping(stage, "summary").poll_once().failed_ids == []
+    assert stage.dlq_mapping("summary").poll_once().failed_ids == []
     (entry,) = list_dead_letters(_meta(stage), "summary")
     assert entry.job_id.startswith("unreadable-")
     assert "secret" not in json.dumps(entry.model_dump())
@@ -135,7 +118,7 @@ def test_dlq_handler_entry_point_with_the_sample_event(stage: Stage, monkeypatch
 
 def test_a_finished_job_is_never_run_again_without_an_operator(stage: Stage) -> None:
     job = _exhaust(stage)
-    _dlq_mapping(stage, "summary").poll_once()
+    stage.dlq_mapping("summary").poll_once()
     calls = stage.provider.calls[job.job_id]
     stage.send(job)  # a stray copy of its message
     list(stage.drain("summary"))
@@ -145,7 +128,7 @@ def test_a_finished_job_is_never_run_again_without_an_operator(stage: Stage) -> 
 
 def test_rerun_from_the_dlq_resets_the_budget_and_succeeds(stage: Stage) -> None:
     job = _exhaust(stage, text="#fail:503x4 " + TEXT)  # fails 4 times, would pass on a 5th attempt
-    _dlq_mapping(stage, "summary").poll_once()
+    stage.dlq_mapping("summary").poll_once()
     queued = _operator(stage).rerun("alice", job.job_id)
     assert (queued.status, queued.attempts, queued.dead_lettered) == (JobStatus.QUEUED, 0, False)
     # Count without receiving: every receive spends one of the message's maxReceiveCount.
@@ -223,7 +206,7 @@ def test_batch_rerun_filters_counts_in_a_dry_run_and_is_rate_limited(stage: Stag
 
 def test_rerun_after_an_outage_succeeds(stage: Stage) -> None:
     job = _exhaust(stage, text="#outage " + TEXT)  # every attempt fails until an operator re-runs
-    _dlq_mapping(stage, "summary").poll_once()
+    stage.dlq_mapping("summary").poll_once()
     assert stage.job(job).dead_lettered is True
     _operator(stage).rerun("alice", job.job_id)
     list(stage.drain("summary"))

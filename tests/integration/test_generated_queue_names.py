@@ -7,11 +7,9 @@ import json
 
 import pytest
 
-from aijobs import aws, runtime
+from aijobs import aws
 from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import JobStatus
-from aijobs.settings import DlqSettings
-from aijobs_cli.esm import QueueMapping
 from tests.integration.harness import Stage
 
 pytestmark = pytest.mark.integration
@@ -44,16 +42,7 @@ def test_jobs_run_and_dead_letter_through_queues_with_generated_names(stage: Sta
     assert stage.job(good).status is JobStatus.SUCCEEDED
     assert stage.provider.calls[good.job_id] == 1
 
-    dead_letters = QueueMapping(
-        sqs=stage.sqs,
-        queue_url=stage.resources.dlq_urls["summary"],
-        queue_arn=stage.resources.dlq_arns["summary"],
-        handler=runtime.build_dead_letter_consumer(
-            DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
-        ).handle,
-        function_name="aijobs-prod-dlq",
-    )
-    assert dead_letters.poll_once().received == 1
+    assert stage.dlq_mapping("summary").poll_once().received == 1
     (entry,) = list_dead_letters(aws.dynamodb().Table(stage.resources.meta_table), "summary")
     assert entry.job_id == doomed.job_id
     assert stage.job(doomed).status is JobStatus.FAILED_FINAL

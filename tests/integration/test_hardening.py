@@ -14,12 +14,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from aijobs import runtime
-from aijobs.dead_letters import DeadLetterConsumer, list_dead_letters
+from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import Job, JobStatus
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.sweeper import run_sweeper
-from aijobs.settings import CronSettings, DlqSettings
-from aijobs_cli.esm import QueueMapping
+from aijobs.settings import CronSettings
 from tests.integration.harness import CountingProvider, Stage
 
 pytestmark = pytest.mark.integration
@@ -272,22 +271,6 @@ def test_a_job_whose_last_attempt_died_is_handed_to_the_dlq_by_the_consumer(stag
 # --- 8. the DLQ consumer trusts the row --------------------------------------------------------------
 
 
-def _dlq_consumer(stage: Stage) -> DeadLetterConsumer:
-    return runtime.build_dead_letter_consumer(
-        DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
-    )
-
-
-def _dlq_mapping(stage: Stage, kind: str = "summary") -> QueueMapping:
-    return QueueMapping(
-        sqs=stage.sqs,
-        queue_url=stage.resources.dlq_urls[kind],
-        queue_arn=stage.resources.dlq_arns[kind],
-        handler=_dlq_consumer(stage).handle,
-        function_name="aijobs-dev-dlq",
-    )
-
-
 def _to_dlq(stage: Stage, job: Job, kind: str = "summary") -> None:
     body = json.dumps({"jobId": job.job_id, "userId": job.user_id, "kind": kind})
     stage.sqs.send_message(QueueUrl=stage.resources.dlq_urls[kind], MessageBody=body)
@@ -302,7 +285,7 @@ def test_a_stray_copy_of_a_succeeded_job_is_no_dead_letter(stage: Stage) -> None
     job = stage.submit("alice", "summary", TEXT)
     list(stage.drain("summary"))
     _to_dlq(stage, job)
-    (outcome,) = [_dlq_mapping(stage).poll_once()]
+    (outcome,) = [stage.dlq_mapping().poll_once()]
     assert (outcome.received, outcome.failed_ids) == (1, [])
     assert list_dead_letters(_meta(stage), "summary") == []
     assert stage.receive(inbox) == []
@@ -314,7 +297,7 @@ def test_a_copy_of_a_job_running_under_a_live_lease_is_no_dead_letter(stage: Sta
     consumer = stage.consumer("summary")
     stage.store_for("alice").claim(stage.job(job), now=stage.clock(), lease=consumer.lease, max_attempts=4)
     _to_dlq(stage, job)
-    _dlq_mapping(stage).poll_once()
+    stage.dlq_mapping().poll_once()
     assert list_dead_letters(_meta(stage), "summary") == []
     assert stage.job(job).status is JobStatus.RUNNING
 
@@ -324,7 +307,7 @@ def test_copies_of_one_dead_letter_record_and_alert_once(stage: Stage) -> None:
     job = stage.submit("alice", "summary", "#fail:503 " + TEXT)
     list(stage.drain("summary"))  # four attempts, handed to the DLQ by the consumer
     _to_dlq(stage, job)  # plus a stray copy of the same message
-    while _dlq_mapping(stage).poll_once().received:
+    while stage.dlq_mapping().poll_once().received:
         pass
     (entry,) = list_dead_letters(_meta(stage), "summary")
     assert (entry.job_id, entry.job_status) == (job.job_id, "failed_final")

@@ -5,6 +5,7 @@ short, stated time, and the key item carries its user's shard."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -22,9 +23,10 @@ pytestmark = pytest.mark.integration
 BODY = {"kind": "summary", "input": "Queues decouple accepting work from doing it. A consumer runs it."}
 
 
-@pytest.fixture
-def recorded(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Api, CallLog]]:
-    """A producer container built inside a recording (its clients are recorded), keys issued."""
+@contextmanager
+def recorded_producer(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Api, CallLog]]:
+    """A producer container built inside a recording (its clients are recorded), keys issued and
+    credits granted; the log starts empty (that set-up is not the producer's)."""
     for key, value in stage.resources.api_env().items():
         monkeypatch.setenv(key, value)
     with recording_calls() as log:
@@ -36,6 +38,12 @@ def recorded(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Ap
         log.clear()
         yield api, log
     runtime.reset_runtime()
+
+
+@pytest.fixture
+def recorded(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Api, CallLog]]:
+    with recorded_producer(stage, monkeypatch) as producer:
+        yield producer
 
 
 def _post(api: Api, headers: dict[str, str] | None = None, user: str = "alice") -> tuple[int, Any]:

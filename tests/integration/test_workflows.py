@@ -20,7 +20,7 @@ from aijobs.providers.base import ProviderRequest
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronRun
 from aijobs.scheduled.sweeper import run_sweeper
-from aijobs.settings import CronSettings, DlqSettings
+from aijobs.settings import CronSettings
 from aijobs.store.keys import child_job_id
 from aijobs.workflows import fanin
 from aijobs_cli.esm import LambdaContext
@@ -646,7 +646,6 @@ def test_a_dead_lettered_child_counts_as_failed_and_the_dlq_list_names_its_paren
     stage: Stage, api: Call
 ) -> None:
     from aijobs.dead_letters import list_dead_letters
-    from aijobs_cli.esm import QueueMapping
 
     job_id = submit(
         api,
@@ -660,17 +659,7 @@ def test_a_dead_lettered_child_counts_as_failed_and_the_dlq_list_names_its_paren
     dead = stage.job_by_id("alice", child_job_id(job_id, 1))
     assert dead.status is JobStatus.FAILED_RETRYABLE
     assert dead.attempts == 4
-    dlq = runtime.build_dead_letter_consumer(
-        DlqSettings.from_env(stage.resources.dlq_env()), clock=stage.clock
-    )
-    mapping = QueueMapping(
-        sqs=stage.sqs,
-        queue_url=stage.resources.dlq_urls["image-generate"],
-        queue_arn=stage.resources.dlq_arns["image-generate"],
-        handler=dlq.handle,
-        function_name="aijobs-dev-dlq",
-    )
-    assert mapping.poll_once().received == 1
+    assert stage.dlq_mapping("image-generate").poll_once().received == 1
     (entry,) = list_dead_letters(
         boto3.resource("dynamodb").Table(stage.resources.meta_table), "image-generate"
     )
