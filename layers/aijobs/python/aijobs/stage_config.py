@@ -166,8 +166,9 @@ def dead_letter_queues_env(dlq_names: Mapping[str, str]) -> dict[str, str]:
 
 def queue_name_from_resource(stage: str, resource_name: str) -> str | None:
     """Invert `queue_resource_name` for the fixed names of the local stack and non-production
-    stages (operator tools, shipped events); None for another stage's queue. A DLQ's name gives its
-    kind too, since no kind may end with `-dlq`. Functions use their environment instead."""
+    stages; None for another stage's queue. A DLQ's name gives its kind too, since no kind may end
+    with `-dlq`. Only the tests use it (to read the shipped events' source ARNs): functions and the
+    CLI take their queues and kinds from their environment and the stack's outputs."""
     prefix = resource_prefix(stage) + "-"
     if not resource_name.startswith(prefix):
         return None
