@@ -13,6 +13,10 @@ Prints figures and asserts nothing (machines here are shared and noisy; tests ne
 
     .venv/bin/python scripts/benchmark.py [--jobs 40] [--repeat 5] [--only calls,consumer,imports]
 
+`--write-profile` measures the call profile instead (every path's AWS calls with the capacity
+units AWS bills for them, `aijobs_cli.call_profile`) and writes `cli/aijobs_cli/call_profile.json`,
+which `aijobs cost` reads; `tests/integration/test_call_profile.py` fails when it is stale.
+
 The local stack's throughput with concurrent submitters: scripts/benchmark_local.py.
 """
 
@@ -66,6 +70,22 @@ FLOORS = {
 # --- a moto stage ---------------------------------------------------------------------------------
 
 
+def stage_values() -> dict[str, str]:
+    """The benchmark stage's `.env` values: one kind, every registered cron, no back-off waits."""
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+
+    return {
+        "QUEUE_NAMES": "summary",
+        "CRONS": ";".join(SCHEDULED_HANDLERS),
+        "KIND_PRICES": "summary:1",
+        "MAX_RETRIES": "3",
+        "SHARD_COUNT": "1",
+        "RETRY_BASE_DELAY_SECONDS": "0",
+        "THROTTLE_DELAY_SECONDS": "0",
+        "PROVIDER": "local",
+    }
+
+
 @contextmanager
 def moto_stage() -> Iterator[Any]:
     from moto import mock_aws
@@ -79,14 +99,7 @@ def moto_stage() -> Iterator[Any]:
 
     logger.setLevel("ERROR")
     apply_speedups()
-    values = {
-        "QUEUE_NAMES": "summary",
-        "CRONS": "*/10 * * * *;*/5 * * * *",
-        "KIND_PRICES": "summary:1",
-        "RETRY_BASE_DELAY_SECONDS": "0",
-        "THROTTLE_DELAY_SECONDS": "0",
-        "PROVIDER": "local",
-    }
+    values = stage_values()
     with mock_aws():
         runtime.reset_runtime()
         stage = Stage(resources=provision(parse_stage_config("bench", values)), clock=Clock())
@@ -218,6 +231,230 @@ def cron_calls() -> dict[str, float]:
                 dispatch(event, ctx, SCHEDULED_HANDLERS)
             figures[f"cron {label} per shard, nothing due"] = log.count() / shards
     return figures
+
+
+# --- the call profile (what `aijobs cost` reads) ----------------------------------------------------
+
+PROFILE_PATHS = {
+    "producer.submit": "POST /jobs on a warm container: credit grants queried, one transaction, one send",
+    "producer.submit_idempotent": "POST /jobs with a new Idempotency-Key, warm container",
+    "producer.submit_cold": "POST /jobs on a fresh container (its API key looked up first)",
+    "producer.poll": "GET /jobs/{id} on a warm container",
+    "consumer.success": "one delivery whose attempt succeeds (warm container; per message of a batch)",
+    "consumer.retry": "one delivery whose attempt fails retryably (a 503): row updated, back-off set",
+    "consumer.success_after_retry": "the delivery that succeeds after one failed attempt",
+    "consumer.dead_letter": "the last allowed attempt failing retryably: the message goes to the DLQ",
+    "consumer.failed_final": "one delivery whose attempt fails for good (a 400)",
+    "dlq.dead_letter": "the DLQ consumer per dead-lettered job: row finalized, entry recorded, alert sent",
+}
+CRON_DESCRIPTION = "one run of the cron registered as {!r} on a stage with one shard and nothing due"
+
+
+def _meter(stage: Any) -> Any:
+    from aijobs.store.keys import META_INDEXES, SHARD_INDEXES
+    from tests.aws_calls import Meter, TableShape
+
+    tables = {stage.resources.meta_table: TableShape("meta", META_INDEXES)}
+    tables |= {name: TableShape("shard", SHARD_INDEXES) for name in stage.resources.shard_tables}
+    return Meter(tables)
+
+
+def _deliver_one(stage: Any, sqs: Any, url: str, arn: str, handler: Callable[..., Any]) -> str | None:
+    """One message of `url` to `handler`, deleted unless reported failed (as the event-source
+    mapping does, with `sqs` made outside the recording); the job id it carried, None if empty."""
+    from aijobs_cli.esm import LambdaContext, sqs_record
+
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"]).get(
+        "Messages"
+    )
+    if not messages:
+        return None
+    (message,) = messages
+    response = handler({"Records": [sqs_record(message, arn)]}, LambdaContext("aijobs-bench"))
+    if not response["batchItemFailures"]:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    job_id: str = json.loads(message["Body"])["jobId"]
+    return job_id
+
+
+def _job_paths(max_retries: int) -> Any:
+    """(path name or None) per (job label, attempt): which deliveries the profile keeps."""
+
+    def name(label: str, attempt: int) -> str | None:
+        if label == "success" and attempt == 1:
+            return "consumer.success"
+        if label == "retried":
+            return {1: "consumer.retry", 2: "consumer.success_after_retry"}.get(attempt)
+        if label == "failed" and attempt == 1:
+            return "consumer.failed_final"
+        if label == "dead" and attempt == max_retries + 1:
+            return "consumer.dead_letter"
+        return None  # warm-ups and the middle retries of the dead job
+
+    return name
+
+
+def measure_profile() -> Any:
+    """Run every path once on moto (after warm-ups) and measure each call as billed."""
+    from datetime import UTC, datetime
+
+    from aijobs import runtime
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+    from aijobs_cli.call_profile import CallProfile, PathProfile, item_size
+    from tests.aws_calls import recording_calls
+
+    paths: dict[str, PathProfile] = {}
+    values = stage_values()
+    max_retries = int(values["MAX_RETRIES"])
+    with moto_stage() as stage:
+        stage.clock.now = datetime.now(UTC)  # the producer's rows carry the real time too
+        sqs = stage.sqs
+        url, arn = stage.resources.queue_urls["summary"], stage.resources.queue_arns["summary"]
+        with recording_calls(_meter(stage)) as log:
+
+            def keep(name: str) -> None:
+                paths[name] = PathProfile(description=PROFILE_PATHS[name], calls=tuple(log.measured))
+                log.clear()
+
+            runtime.reset_runtime()
+            stage.directory.ensure_user("alice")
+            key = stage.directory.create_api_key("alice")
+            stage.store_for("alice").ledger.grant("alice", 10_000, datetime.now(UTC) + timedelta(days=3650))
+            labels: dict[str, str] = {}
+            with environment(stage.resources.api_env()):
+                from api import handler
+
+                runtime.reset_runtime()
+                log.clear()
+
+                def submit(label: str, text: str, headers: dict[str, str], path: str | None) -> None:
+                    event = _api_event("api-post-jobs.json", key, {"kind": "summary", "input": text}, headers)
+                    response = handler.handler(event, _context())
+                    assert response["statusCode"] == 202, response
+                    labels[json.loads(response["body"])["jobId"]] = label
+                    if path is None:
+                        log.clear()
+                    else:
+                        keep(path)
+
+                submit("warm-up", TEXT, {}, "producer.submit_cold")
+                submit("success", TEXT, {}, "producer.submit")
+                submit("warm-up", TEXT, {"idempotency-key": "bench-1"}, "producer.submit_idempotent")
+                (success,) = [job_id for job_id, label in labels.items() if label == "success"]
+                event = _api_event("api-get-job.json", key, None, {})
+                event["rawPath"] = f"/jobs/{success}"
+                assert handler.handler(event, _context())["statusCode"] == 200
+                keep("producer.poll")
+                for label, text in (
+                    ("retried", "#fail:503x1 " + TEXT),
+                    ("failed", "#fail:400 " + TEXT),
+                    ("dead-warm-up", "#fail:503 " + TEXT),
+                    ("dead", "#fail:503 " + TEXT),
+                ):
+                    submit(label, text, {}, None)
+            consumer = stage.consumer("summary")
+            attempts: dict[str, int] = {}
+            pick = _job_paths(max_retries)
+            while (job_id := _deliver_one(stage, sqs, url, arn, consumer.handle)) is not None:
+                attempts[job_id] = attempts.get(job_id, 0) + 1
+                name = pick(labels[job_id], attempts[job_id])
+                if name is None:
+                    log.clear()
+                else:
+                    keep(name)
+            dead_letters = stage.dead_letter_consumer()
+            dlq_url, dlq_arn = stage.resources.dlq_urls["summary"], stage.resources.dlq_arns["summary"]
+            log.clear()
+            while (job_id := _deliver_one(stage, sqs, dlq_url, dlq_arn, dead_letters.handle)) is not None:
+                if labels[job_id] == "dead":
+                    keep("dlq.dead_letter")
+                log.clear()
+            (dead,) = [job_id for job_id, label in labels.items() if label == "dead"]
+            row = stage.store_for("alice")._table.get_item(Key=_job_key("alice", dead))["Item"]
+        job_row_bytes = item_size(_low_level(row))
+    paths |= _cron_paths(SCHEDULED_HANDLERS)
+    missing = (set(PROFILE_PATHS) | {f"cron {e}" for e in SCHEDULED_HANDLERS}) - set(paths)
+    assert not missing, f"paths not measured: {sorted(missing)}"
+    return CallProfile(
+        about=(
+            "AWS calls per path, measured on moto by scripts/benchmark.py --write-profile (do not edit).",
+            "Units as AWS bills them; the rules are in cli/aijobs_cli/call_profile.py.",
+            "Cron paths: calls on 'shard' tables repeat per shard (the stage has one), the rest per run.",
+        ),
+        stage=values,
+        job_row_bytes=job_row_bytes,
+        paths=dict(sorted(paths.items())),
+    )
+
+
+def _cron_paths(handlers: Any) -> dict[str, Any]:
+    from aijobs import aws, runtime
+    from aijobs.scheduled.dispatcher import dispatch
+    from aijobs.scheduled.maintenance import write_retention
+    from aijobs.settings import CronSettings
+    from aijobs_cli.call_profile import PathProfile
+    from tests.aws_calls import recording_calls
+
+    paths = {}
+    with moto_stage() as stage:
+        write_retention(
+            aws.dynamodb().Table(stage.resources.meta_table),
+            credit_tx_retention_days=90,
+            ai_task_retention_days=30,
+        )
+        for expression in handlers:
+            with recording_calls(_meter(stage)) as log:
+                ctx = runtime.build_cron_context(
+                    CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock
+                )
+                outcome = dispatch(
+                    {"cron": expression, "scheduledTime": "2026-11-29T09:00:00Z"}, ctx, handlers
+                )
+            # A failed run (an incident, an alert) is not what a run costs: measure a healthy one.
+            assert outcome.get("status") == "ok", (
+                f"cron {expression!r} did not run cleanly on moto: {outcome}"
+            )
+            paths[f"cron {expression}"] = PathProfile(
+                description=CRON_DESCRIPTION.format(expression), calls=tuple(log.measured)
+            )
+    return paths
+
+
+def _api_event(name: str, key: str, body: dict[str, Any] | None, headers: dict[str, str]) -> dict[str, Any]:
+    from tests.integration.harness import load_event
+
+    event = load_event(name)
+    event["headers"] = {"content-type": "application/json", "authorization": f"Bearer {key}", **headers}
+    if body is not None:
+        event["body"] = json.dumps(body)
+    return event
+
+
+def _context() -> Any:
+    from aijobs_cli.esm import LambdaContext
+
+    return LambdaContext("aijobs-bench-api")
+
+
+def _job_key(user_id: str, job_id: str) -> dict[str, str]:
+    from aijobs.store.keys import PK, SK, job_sk, user_pk
+
+    return {PK: user_pk(user_id), SK: job_sk(job_id)}
+
+
+def _low_level(item: dict[str, Any]) -> dict[str, Any]:
+    from boto3.dynamodb.types import TypeSerializer
+
+    serializer = TypeSerializer()
+    return {name: serializer.serialize(value) for name, value in item.items()}
+
+
+def write_profile(target: Path | None = None) -> Path:
+    from aijobs_cli.call_profile import profile_path
+
+    target = target or profile_path()
+    target.write_text(measure_profile().to_json(), encoding="utf-8")
+    return target
 
 
 # --- consumer vs a bare loop ----------------------------------------------------------------------
@@ -361,7 +598,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="fresh interpreters per import figure")
     parser.add_argument("--only", default="calls,consumer,imports")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--write-profile",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="measure the call profile and write it (default: cli/aijobs_cli/call_profile.json)",
+    )
     args = parser.parse_args(argv)
+    if args.write_profile is not None:
+        print(f"wrote {write_profile(Path(args.write_profile) if args.write_profile else None)}")
+        return 0
     parts = set(args.only.split(","))
     figures: dict[str, float] = {}
     if "imports" in parts:  # first: fresh interpreters, before this one grows

@@ -6,12 +6,22 @@ number by hand. Nothing here calls AWS.
 
 How the AWS side is modelled (this project's code paths, not a generic SQS app):
 
-- A job's first attempt fails with probability `retry_rate`. Of those, `dlq_rate` (a share of
-  *all* jobs, so `dlq_rate <= retry_rate`) fail every attempt and end in the DLQ; the rest succeed
-  on their second attempt. A dead-lettered job is attempted `max_retries + 1` times.
+- What each code path calls (DynamoDB request units with index writes, SQS requests, S3 puts, SNS
+  publishes) is not guessed here: it comes from the measured call profile
+  (`aijobs_cli/call_profile.json`, `aijobs_cli.call_profile`), one path per outcome. This module
+  only says how many times each path runs in a month.
+- A job's first attempt fails with probability `retry_rate` (retryably) or `failed_final_rate`
+  (for good). Of the retried, `dlq_rate` (a share of *all* jobs, so `dlq_rate <= retry_rate`)
+  fail every attempt and end in the DLQ; the rest succeed on their second attempt. A dead-lettered
+  job is attempted `max_retries + 1` times: `max_retries` retries, then the last attempt sends it
+  to the DLQ.
 - A retry is `ChangeMessageVisibility(back-off)` + a partial-batch failure: the same message comes
   back, so a retry is a re-receive, not a re-send. Past the cap the consumer itself sends the body
   to the DLQ (`SendMessage`) and acknowledges, so the main-queue message is deleted once per job.
+- Cron runs per hour come from the stage's `CRONS` (how often each 5-field expression fires, on
+  average over four years of days), each run costs its handler's measured calls: the meta-table
+  calls once per run, the shard-table calls once per shard, the calls on a `KIND#` index partition
+  once per shard and job kind.
 - "Provider still running" re-checks re-send a delayed message (`provider_rechecks_per_job`,
   default 0); each re-check is one more delivery to the consumer.
 - Every main queue and every DLQ has a Lambda event-source mapping, so all `2 x queues` queues are
@@ -26,14 +36,17 @@ How the AWS side is modelled (this project's code paths, not a generic SQS app):
 from __future__ import annotations
 
 import math
-from datetime import date
+from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aijobs.cron import parse_cron
 from aijobs.pricing import ModelPriceTable, default_table
+from aijobs.stage_config import StageConfig
+from aijobs_cli.call_profile import CallProfile, PathProfile, default_profile
 
 #: SQS bills each 64 KB chunk of a request's payload as one request; Cloudflare Queues bills each
 #: 64 KB written, read or deleted as one operation.
@@ -45,6 +58,8 @@ LONG_POLL_SECONDS = 20
 #: The price quantities are per this many units.
 MILLION = 1_000_000
 THOUSAND = 1_000
+#: Services of the call profile the estimate prices (others are listed as unpriced calls).
+PRICED_SERVICES = frozenset({"dynamodb", "sqs", "s3", "sns"})
 KB_PER_GB = 1024 * 1024
 
 ASSUMPTIONS: tuple[str, ...] = (
@@ -59,10 +74,14 @@ ASSUMPTIONS: tuple[str, ...] = (
     "DeleteMessageBatch, ChangeMessageVisibility and empty polls carry no message body: 1 request each.",
     "consumer_avg_seconds is per delivered message (a batch's records run one after another); "
     "duration is not rounded up per invocation.",
-    "DynamoDB units are request units as billed (a transactional write is 2 WRU per item <= 1 KB, a "
-    "strongly consistent read of <= 4 KB is 1 RRU); the *_per_* workload fields already include that.",
-    "Cron runs' own DynamoDB and SQS work, SNS alerts, CloudWatch logs/metrics, X-Ray and data transfer "
-    "are not counted.",
+    "DynamoDB request units, SQS requests of the functions themselves, S3 puts and SNS publishes per path "
+    "are the measured call profile's (aijobs_cli/call_profile.json: a transactional write is 2 WRU per item "
+    "per started KB, every index entry written 1 WRU per KB); submits are on warm containers (API key "
+    "cached).",
+    "Provider re-checks cost one SendMessage each; their deliveries' DynamoDB work is not counted. "
+    "CloudWatch logs/metrics, X-Ray and data transfer are not counted.",
+    "Per 1M jobs: the total divided by the jobs (fixed costs -- empty polls, crons -- spread over them); "
+    "'variable' leaves the fixed lines out.",
     "The model's tokens/images/seconds/characters are counted only when the workload names a model: per "
     "succeeded job (failed attempts and dead-lettered jobs are assumed unbilled), from the model price "
     "table aijobs/model_prices.json (list prices: verify them against the providers' pages).",
@@ -102,6 +121,8 @@ class PriceTable(BaseModel):
     s3_get_per_thousand: float = Field(ge=0)
     # https://aws.amazon.com/s3/pricing/ -- S3 Standard storage, per GB-month (first 50 TB).
     s3_storage_per_gb_month: float = Field(ge=0)
+    # https://aws.amazon.com/sns/pricing/ -- standard topic publishes, per 1M requests (64 KB each).
+    sns_per_million_requests: float = Field(default=0.50, ge=0)
     # https://developers.cloudflare.com/queues/platform/pricing/ -- per 1M operations beyond the
     # 1M included in Workers Paid (the article quotes the same $0.40).
     cloudflare_queues_per_million_operations: float = Field(ge=0)
@@ -129,6 +150,7 @@ DEFAULT_PRICES = PriceTable(
     s3_put_per_thousand=0.005,
     s3_get_per_thousand=0.0004,
     s3_storage_per_gb_month=0.023,
+    sns_per_million_requests=0.50,
     cloudflare_queues_per_million_operations=0.40,
 )
 
@@ -147,7 +169,11 @@ class Workload(BaseModel):
     jobs_per_month: int = Field(gt=0)
     retry_rate: float = Field(default=0.0, ge=0, le=1)
     dlq_rate: float = Field(default=0.0, ge=0, le=1)
-    max_retries: int = Field(default=3, ge=1, le=100)
+    #: Share of jobs whose first attempt fails for good (a 400: no retry, no DLQ).
+    failed_final_rate: float = Field(default=0.0, ge=0, le=1)
+    #: Share of submits that carry an Idempotency-Key (one more item in the submit transaction).
+    idempotency_key_rate: float = Field(default=0.0, ge=0, le=1)
+    max_retries: int = Field(default=3, ge=0, le=100)
     #: Size of one queue message (a reference, not the input: DESIGN.md §2). SQS max is 1 MiB.
     message_kb: float = Field(default=1.0, gt=0, le=1024)
     batch_size: int = Field(default=5, ge=1, le=10_000)
@@ -163,16 +189,12 @@ class Workload(BaseModel):
     #: Job kinds; each has a main queue and a DLQ, both with an event-source mapping.
     queues: int = Field(default=5, ge=1)
     hours_per_month: float = Field(default=730.0, gt=0)
-    #: DynamoDB WRU per consumer attempt (claim, finish, plus one).
-    dynamodb_writes_per_attempt: int = Field(default=3, ge=0)
-    #: DynamoDB WRU per submit: job row + idempotency record in one transaction (2 WRU per item).
-    dynamodb_writes_per_submit: int = Field(default=4, ge=0)
-    #: DynamoDB RRU per submit (API key / tenant lookup), per status poll, per consumer attempt.
-    dynamodb_reads_per_submit: int = Field(default=1, ge=0)
-    dynamodb_reads_per_poll: int = Field(default=1, ge=0)
-    dynamodb_reads_per_attempt: int = Field(default=1, ge=0)
-    #: S3 objects written per succeeded job (result.json + artifacts), downloads per succeeded job.
-    result_puts_per_job: int = Field(default=2, ge=0)
+    #: Size of a job row (inline input and result included); None: as measured (a few sentences).
+    #: Every job-row read and write, and its index entries, are re-priced at this size.
+    job_row_kb: float | None = Field(default=None, gt=0, le=400)
+    #: S3 objects a succeeded job writes beyond the measured result object (images, audio, ...),
+    #: and downloads per succeeded job.
+    artifact_puts_per_job: int = Field(default=0, ge=0)
     result_gets_per_job: int = Field(default=1, ge=0)
     #: Stored result bytes per succeeded job and how long they are kept (steady state).
     result_kb_per_job: float = Field(default=100.0, ge=0)
@@ -181,7 +203,11 @@ class Workload(BaseModel):
     provider_rechecks_per_job: float = Field(default=0.0, ge=0)
     dlq_consumer_memory_mb: int = Field(default=256, ge=128, le=10_240)
     dlq_consumer_avg_ms: float = Field(default=200.0, ge=0)
-    crons_per_hour: float = Field(default=6.0, ge=0)
+    #: Runs per hour of each configured cron expression (`cron_runs_per_hour(CRONS)`); default: the
+    #: dev stage's `*/10` and `*/5`.
+    cron_runs: dict[str, float] = Field(default_factory=lambda: {"*/10 * * * *": 6.0, "*/5 * * * *": 12.0})
+    #: Tenant shard tables (`SHARD_COUNT`): every cron run repeats its shard calls on each.
+    shard_count: int = Field(default=1, ge=1, le=100)
     cron_memory_mb: int = Field(default=256, ge=128, le=10_240)
     cron_avg_seconds: float = Field(default=1.0, ge=0)
     #: The model line (none without a model): the model id, its provider (the adapter's name), the
@@ -205,6 +231,13 @@ class Workload(BaseModel):
                 f"dlq_rate ({self.dlq_rate}) > retry_rate ({self.retry_rate}): a job only reaches the DLQ "
                 "after its first attempt failed, so dead-lettered jobs are a subset of retried ones"
             )
+        if self.retry_rate + self.failed_final_rate > 1:
+            raise ValueError(
+                f"retry_rate ({self.retry_rate}) + failed_final_rate ({self.failed_final_rate}) > 1: "
+                "they are shares of the same first attempts"
+            )
+        if any(runs < 0 for runs in self.cron_runs.values()):
+            raise ValueError("cron_runs values must not be negative")
         return self
 
     @property
@@ -223,8 +256,18 @@ class Workload(BaseModel):
         return self.retried_jobs - self.dead_lettered_jobs
 
     @property
+    def failed_final_jobs(self) -> int:
+        """Jobs whose first attempt fails for good."""
+        return _share(self.jobs_per_month, self.failed_final_rate)
+
+    @property
+    def first_try_jobs(self) -> int:
+        """Jobs that succeed on their first attempt."""
+        return self.jobs_per_month - self.retried_jobs - self.failed_final_jobs
+
+    @property
     def succeeded_jobs(self) -> int:
-        return self.jobs_per_month - self.dead_lettered_jobs
+        return self.jobs_per_month - self.dead_lettered_jobs - self.failed_final_jobs
 
     @property
     def retries(self) -> int:
@@ -259,6 +302,20 @@ class CostLine(BaseModel):
     price_basis: int = 1
     monthly_usd: float
     how: str
+    #: A cost that does not grow with the jobs (empty polls, crons).
+    fixed: bool = False
+
+
+class ModelRate(BaseModel):
+    """What one priced model would cost per 1M jobs of the workload's usage."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    model: str
+    usd_per_job: float
+    usd_per_million_jobs: float
+    as_of: date
 
 
 class Estimate(BaseModel):
@@ -271,11 +328,33 @@ class Estimate(BaseModel):
     lines: list[CostLine]
     cloudflare_operations: int
     cloudflare_usd: float
+    #: Each priced model of every provider for the workload's `model_usage_per_job` (empty without).
+    model_rates: list[ModelRate] = Field(default_factory=list)
+    #: Calls in the profile of services this estimate has no price for: `service:Operation` -> per month.
+    unpriced_calls: dict[str, int] = Field(default_factory=dict)
 
     @property
     def aws_total_usd(self) -> float:
         """Sum of every line."""
         return math.fsum(line.monthly_usd for line in self.lines)
+
+    @property
+    def aws_backbone_usd(self) -> float:
+        """Every line but the model's own."""
+        return math.fsum(line.monthly_usd for line in self.lines if line.service != "Model")
+
+    @property
+    def per_million_jobs_usd(self) -> float:
+        """The AWS backbone (no model) per 1M jobs at this volume, fixed costs spread over the jobs."""
+        return self.aws_backbone_usd / self.workload.jobs_per_month * MILLION
+
+    @property
+    def variable_per_million_jobs_usd(self) -> float:
+        """The AWS backbone per 1M jobs without the fixed lines: what each more job adds."""
+        variable = math.fsum(
+            line.monthly_usd for line in self.lines if line.service != "Model" and not line.fixed
+        )
+        return variable / self.workload.jobs_per_month * MILLION
 
     def by_service(self) -> dict[str, float]:
         """Subtotal per service, in line order."""
@@ -352,54 +431,166 @@ def cloudflare_operations(workload: Workload) -> int:
     return chunks * (3 * messages + workload.retried_jobs + workload.dead_lettered_jobs)
 
 
+# --- cron runs ----------------------------------------------------------------------------------
+
+#: Days the average is taken over: four years, so leap days and every weekday/day-of-month mix count.
+_CRON_DAYS = [date(2025, 1, 1) + timedelta(days=n) for n in range((date(2029, 1, 1) - date(2025, 1, 1)).days)]
+
+
+def cron_runs_per_hour(expression: str) -> float:
+    """How many times a 5-field cron expression fires per hour, on average over four years (so
+    `*/10 * * * *` is 6, `0 3 * * *` is 1/24, `0 0 1 * *` about 0.00137)."""
+    cron = parse_cron(expression)
+    per_day = len(cron.minutes) * len(cron.hours)
+    days = sum(
+        1
+        for day in _CRON_DAYS
+        if day.month in cron.months
+        and day.day in cron.days_of_month
+        and day.isoweekday() % 7 in cron.days_of_week
+    )
+    return per_day * days / (len(_CRON_DAYS) * 24)
+
+
+def stage_workload(config: StageConfig) -> dict[str, Any]:
+    """The `Workload` fields a stage's configuration decides: its crons' runs per hour, shards,
+    job kinds, retries and batching."""
+    return {
+        "cron_runs": {cron.text: cron_runs_per_hour(cron.text) for cron in config.crons},
+        "shard_count": config.shard_count,
+        "queues": max(1, len(config.queue_names)),
+        "max_retries": config.max_retries,
+        "batch_size": config.batch_size,
+        "batch_window_seconds": config.batch_window_seconds,
+        "consumer_memory_mb": config.consumer_memory_mb,
+    }
+
+
 # --- AWS --------------------------------------------------------------------------------------
 
 
+def _path_counts(w: Workload) -> dict[str, int]:
+    """How many times each measured path runs in the month (crons apart)."""
+    idempotent = _share(w.jobs_per_month, w.idempotency_key_rate)
+    return {
+        "producer.submit": w.jobs_per_month - idempotent,
+        "producer.submit_idempotent": idempotent,
+        "producer.poll": _share(w.jobs_per_month, w.status_polls_per_job),
+        "consumer.success": w.first_try_jobs,
+        "consumer.retry": w.retries,
+        "consumer.success_after_retry": w.recovered_jobs,
+        "consumer.dead_letter": w.dead_lettered_jobs,
+        "consumer.failed_final": w.failed_final_jobs,
+        "dlq.dead_letter": w.dead_lettered_jobs,
+    }
+
+
+def _cron_share(path: PathProfile, w: Workload) -> list[tuple[PathProfile, int, str]]:
+    """A cron path split by how its calls repeat: (calls, repeats per run, why)."""
+    per_run = [c for c in path.calls if c.table != "shard"]
+    per_kind = [c for c in path.calls if c.table == "shard" and (c.partition or "").startswith("KIND#")]
+    per_shard = [c for c in path.calls if c.table == "shard" and c not in per_kind]
+    parts = [
+        (per_run, 1, "per run"),
+        (per_shard, w.shard_count, f"x {w.shard_count} shard(s)"),
+        (per_kind, w.shard_count * w.queues, f"x {w.shard_count} shard(s) x {w.queues} kinds"),
+    ]
+    return [(PathProfile(description=why, calls=tuple(calls)), n, why) for calls, n, why in parts if calls]
+
+
 def estimate(
-    workload: Workload, prices: PriceTable = DEFAULT_PRICES, model_prices: ModelPriceTable | None = None
+    workload: Workload,
+    prices: PriceTable = DEFAULT_PRICES,
+    model_prices: ModelPriceTable | None = None,
+    profile: CallProfile | None = None,
 ) -> Estimate:
     """Price one month of `workload` on AWS, line by line, and the article's Cloudflare count.
 
-    With `workload.model`, the model's lines come from `model_prices` (default: the table the
-    consumer uses); a model that table does not price is a `ValueError`.
+    Per-path AWS calls come from `profile` (default: the committed, measured call profile). With
+    `workload.model`, the model's lines come from `model_prices` (default: the table the consumer
+    uses); a model that table does not price is a `ValueError`.
     """
     w = workload
+    profile = profile or default_profile()
     lines: list[CostLine] = []
 
     def add(
-        service: str, item: str, quantity: float, unit: str, unit_price: float, basis: int, how: str
+        service: str,
+        item: str,
+        quantity: float,
+        unit: str,
+        unit_price: float,
+        basis: int,
+        how: str,
+        fixed: bool = False,
     ) -> None:
         lines.append(
             CostLine(
-                service=service,
-                item=item,
-                quantity=quantity,
-                unit=unit,
-                unit_price=unit_price,
-                price_basis=basis,
-                monthly_usd=quantity / basis * unit_price,
-                how=how,
+                service=service, item=item, quantity=quantity, unit=unit, unit_price=unit_price,
+                price_basis=basis, monthly_usd=quantity / basis * unit_price, how=how, fixed=fixed,
             )
-        )
+        )  # fmt: skip
 
     jobs, dlq, deliveries = w.jobs_per_month, w.dead_lettered_jobs, w.deliveries
-    kb = Decimal(str(w.message_kb))
-    per_message = _chunks(kb)
+    per_message = _chunks(Decimal(str(w.message_kb)))
     per_receive = min(w.batch_size, SQS_MAX_MESSAGES_PER_CALL)
     per_delete = min(w.batch_size, SQS_MAX_MESSAGES_PER_CALL)
-    chunk_note = f"x {per_message} chunk(s) of 64 KB per {w.message_kb:g} KB message"
     fate = (
-        f"{jobs:,} jobs: {jobs - w.retried_jobs:,} first try, {w.recovered_jobs:,} after 1 retry, "
-        f"{dlq:,} dead-lettered after {w.max_retries} retries"
+        f"{jobs:,} jobs: {w.first_try_jobs:,} first try, {w.recovered_jobs:,} after 1 retry, "
+        f"{dlq:,} dead-lettered after {w.max_retries} retries, {w.failed_final_jobs:,} failed for good"
     )
+    # (path name, its calls, runs per month, fixed cost?) -- every measured path the month runs.
+    runs: list[tuple[str, PathProfile, int, bool]] = [
+        (name, profile.path(name), count, False) for name, count in _path_counts(w).items()
+    ]
+    hours = w.hours_per_month
+    cron_runs_total = 0
+    for expression, per_hour in w.cron_runs.items():
+        fired = round(per_hour * hours)
+        cron_runs_total += fired
+        for part, repeats, why in _cron_share(profile.cron(expression), w):
+            runs.append((f"cron {expression} ({why})", part, fired * repeats, True))
 
-    # SQS ------------------------------------------------------------------------------------
+    def tally(
+        service: str, operation: str | None = None, role: str | None = None
+    ) -> list[tuple[str, int, int]]:
+        """(path, runs, requests per run) of every path calling `service` [`operation` on `role`]."""
+        found = []
+        for name, path, count, _ in runs:
+            calls = [
+                c for c in path.calls
+                if c.service == service and operation in (None, c.operation) and role in (None, c.table)
+            ]  # fmt: skip
+            chunked = sum(per_message if c.carries_message else c.requests for c in calls)
+            if calls and count:
+                found.append((name, count, chunked))
+        return found
+
+    def derivation(parts: list[tuple[str, int, Any]], unit: str = "") -> str:
+        return " + ".join(f"{count:,} {name} x {each:g}{unit}" for name, count, each in parts) or "none"
+
+    # SQS: the functions' own requests (measured), then what the event-source mappings do -------------
     sqs = prices.sqs_standard_per_million_requests
+    sends = tally("sqs", "SendMessage", "queue")
     add(
-        "SQS", "SendMessage (submits + re-check re-sends)", (jobs + w.rechecks) * per_message,
-        "requests", sqs, MILLION,
-        f"({jobs:,} submits + {w.rechecks:,} re-checks) {chunk_note}; retries re-receive, never re-send",
+        "SQS", "SendMessage (submits + re-check re-sends)",
+        sum(c * r for _, c, r in sends) + w.rechecks * per_message, "requests", sqs, MILLION,
+        f"{derivation(sends)} + {w.rechecks:,} re-checks x {per_message}; each {w.message_kb:g} KB "
+        f"message is {per_message} chunk(s) of 64 KB; retries re-receive, never re-send",
     )  # fmt: skip
+    seen = {("SendMessage", "queue")}
+    for _, path, _, _ in runs:
+        for call in path.calls:
+            key = (call.operation, call.table or "")
+            if call.service != "sqs" or key in seen:
+                continue
+            seen.add(key)
+            found = tally("sqs", call.operation, call.table)
+            item = {
+                ("ChangeMessageVisibility", "queue"): "ChangeMessageVisibility (retry back-off)",
+                ("SendMessage", "dlq"): "SendMessage to DLQ",
+            }.get(key, f"{call.operation} ({call.table})")
+            add("SQS", item, sum(c * r for _, c, r in found), "requests", sqs, MILLION, derivation(found))
     add(
         "SQS", "ReceiveMessage (consumer, with messages)",
         _receive_requests(deliveries, per_receive, w.message_kb), "requests", sqs, MILLION,
@@ -414,14 +605,6 @@ def estimate(
         f"{per_delete} per call",
     )  # fmt: skip
     add(
-        "SQS", "ChangeMessageVisibility (retry back-off)", w.retries, "requests", sqs, MILLION,
-        f"one per retry: {w.recovered_jobs:,} x 1 + {dlq:,} x {w.max_retries}; {fate}",
-    )  # fmt: skip
-    add(
-        "SQS", "SendMessage to DLQ", dlq * per_message, "requests", sqs, MILLION,
-        f"{dlq:,} dead-lettered jobs, sent by the consumer past the cap {chunk_note}",
-    )  # fmt: skip
-    add(
         "SQS", "DLQ ReceiveMessage (DLQ consumer)", _receive_requests(dlq, per_receive, w.message_kb),
         "requests", sqs, MILLION, f"{dlq:,} DLQ messages / {per_receive} per call",
     )  # fmt: skip
@@ -429,14 +612,15 @@ def estimate(
         "SQS", "DLQ DeleteMessageBatch", _batched_calls(dlq, per_delete), "requests", sqs, MILLION,
         f"{dlq:,} DLQ messages / {per_delete} per call",
     )  # fmt: skip
-    polls_per_poller = int(w.hours_per_month * 3600 // LONG_POLL_SECONDS)
+    polls_per_poller = int(hours * 3600 // LONG_POLL_SECONDS)
     polled = 2 * w.queues
     add(
         "SQS", "empty long polls (event-source mappings)", w.esm_pollers * polls_per_poller * polled,
         "requests", sqs, MILLION,
-        f"{w.esm_pollers} pollers x {polls_per_poller:,} polls ({w.hours_per_month:g} h x 3600 / "
+        f"{w.esm_pollers} pollers x {polls_per_poller:,} polls ({hours:g} h x 3600 / "
         f"{LONG_POLL_SECONDS} s) x {polled} queues ({w.queues} main + {w.queues} DLQ); "
         "each empty ReceiveMessage is billed",
+        fixed=True,
     )  # fmt: skip
 
     # Lambda ---------------------------------------------------------------------------------
@@ -445,7 +629,7 @@ def estimate(
     api_calls = jobs + polls
     consumer_calls = _batched_calls(deliveries, w.batch_size)
     dlq_calls = _batched_calls(dlq, w.batch_size)
-    cron_runs = int(w.crons_per_hour * w.hours_per_month)
+    cron_note = ", ".join(f"{e!r} {r:g}/h" for e, r in w.cron_runs.items()) or "no CRONS"
     add(
         "Lambda", "API (producer) invocations", api_calls, "requests", lam_req, MILLION,
         f"{jobs:,} submits + {polls:,} status polls ({w.status_polls_per_job:g} per job)",
@@ -457,7 +641,7 @@ def estimate(
     )  # fmt: skip
     add(
         "Lambda", "consumer invocations", consumer_calls, "requests", lam_req, MILLION,
-        f"{deliveries:,} deliveries / batch of {w.batch_size} (window {w.batch_window_seconds} s)",
+        f"{deliveries:,} deliveries / batch of {w.batch_size} (window {w.batch_window_seconds} s); {fate}",
     )  # fmt: skip
     add(
         "Lambda", "consumer duration",
@@ -474,32 +658,42 @@ def estimate(
         f"{dlq:,} messages x {w.dlq_consumer_avg_ms:g} ms x {w.dlq_consumer_memory_mb} MB / 1024",
     )  # fmt: skip
     add(
-        "Lambda", "cron dispatcher invocations", cron_runs, "requests", lam_req, MILLION,
-        f"{w.crons_per_hour:g} runs/h x {w.hours_per_month:g} h",
+        "Lambda", "cron dispatcher invocations", cron_runs_total, "requests", lam_req, MILLION,
+        f"{cron_note} x {hours:g} h", fixed=True,
     )  # fmt: skip
     add(
-        "Lambda", "cron dispatcher duration", _gb_seconds(cron_runs, w.cron_avg_seconds, w.cron_memory_mb),
-        "GB-seconds", lam_gbs, 1,
-        f"{cron_runs:,} runs x {w.cron_avg_seconds:g} s x {w.cron_memory_mb} MB / 1024",
+        "Lambda", "cron dispatcher duration",
+        _gb_seconds(cron_runs_total, w.cron_avg_seconds, w.cron_memory_mb), "GB-seconds", lam_gbs, 1,
+        f"{cron_runs_total:,} runs x {w.cron_avg_seconds:g} s x {w.cron_memory_mb} MB / 1024", fixed=True,
     )  # fmt: skip
 
-    # DynamoDB -------------------------------------------------------------------------------
-    passes = deliveries
-    writes = jobs * w.dynamodb_writes_per_submit + passes * w.dynamodb_writes_per_attempt + dlq
-    reads = (
-        jobs * w.dynamodb_reads_per_submit + polls * w.dynamodb_reads_per_poll
-        + passes * w.dynamodb_reads_per_attempt
-    )  # fmt: skip
-    add(
-        "DynamoDB", "write request units", writes, "WRU", prices.dynamodb_per_million_write_units, MILLION,
-        f"{jobs:,} submits x {w.dynamodb_writes_per_submit} + {passes:,} deliveries x "
-        f"{w.dynamodb_writes_per_attempt} + {dlq:,} DLQ records x 1",
-    )  # fmt: skip
-    add(
-        "DynamoDB", "read request units", reads, "RRU", prices.dynamodb_per_million_read_units, MILLION,
-        f"{jobs:,} submits x {w.dynamodb_reads_per_submit} + {polls:,} polls x {w.dynamodb_reads_per_poll}"
-        f" + {passes:,} deliveries x {w.dynamodb_reads_per_attempt}",
-    )  # fmt: skip
+    # DynamoDB (measured units per path) -----------------------------------------------------------
+    row = None if w.job_row_kb is None else math.ceil(w.job_row_kb * 1024)
+    row_note = (
+        f"job rows re-priced at {w.job_row_kb:g} KB"
+        if row
+        else f"job rows as measured ({profile.job_row_bytes:,} B)"
+    )
+    for fixed in (False, True):
+        read_parts, write_parts = [], []
+        for name, path, count, is_fixed in runs:
+            if is_fixed != fixed or not count:
+                continue
+            reads, writes = path.units(row)
+            if reads:
+                read_parts.append((name, count, reads))
+            if writes:
+                write_parts.append((name, count, writes))
+        suffix = " (crons)" if fixed else ""
+        add(
+            "DynamoDB", f"write request units{suffix}", math.fsum(c * u for _, c, u in write_parts), "WRU",
+            prices.dynamodb_per_million_write_units, MILLION,
+            f"{derivation(write_parts)} (index writes included; {row_note})", fixed=fixed,
+        )  # fmt: skip
+        add(
+            "DynamoDB", f"read request units{suffix}", math.fsum(c * u for _, c, u in read_parts), "RRU",
+            prices.dynamodb_per_million_read_units, MILLION, derivation(read_parts), fixed=fixed,
+        )  # fmt: skip
 
     # API Gateway, Scheduler ---------------------------------------------------------------------
     add(
@@ -507,26 +701,41 @@ def estimate(
         MILLION, f"{jobs:,} POST /jobs + {polls:,} GET /jobs/{{id}} (each < 512 KB)",
     )  # fmt: skip
     add(
-        "EventBridge Scheduler", "schedule invocations", cron_runs, "invocations",
-        prices.scheduler_per_million_invocations, MILLION,
-        f"{w.crons_per_hour:g} per hour x {w.hours_per_month:g} h",
+        "EventBridge Scheduler", "schedule invocations", cron_runs_total, "invocations",
+        prices.scheduler_per_million_invocations, MILLION, f"{cron_note} x {hours:g} h", fixed=True,
     )  # fmt: skip
 
-    # S3 -----------------------------------------------------------------------------------------
+    # S3, SNS --------------------------------------------------------------------------------------
     ok = w.succeeded_jobs
+    puts = tally("s3", "PutObject")
+    add(
+        "S3", "PUT requests", sum(c * r for _, c, r in puts) + ok * w.artifact_puts_per_job, "requests",
+        prices.s3_put_per_thousand, THOUSAND,
+        f"{derivation(puts)} + {ok:,} succeeded jobs x {w.artifact_puts_per_job} artifacts",
+    )  # fmt: skip
+    gets = tally("s3", "GetObject")
+    add(
+        "S3", "GET requests", sum(c * r for _, c, r in gets) + ok * w.result_gets_per_job, "requests",
+        prices.s3_get_per_thousand, THOUSAND,
+        f"{derivation(gets)} + {ok:,} succeeded jobs x {w.result_gets_per_job} downloads",
+    )  # fmt: skip
     stored_gb = ok * w.result_kb_per_job * w.result_retention_months / KB_PER_GB
-    add(
-        "S3", "PUT requests", ok * w.result_puts_per_job, "requests", prices.s3_put_per_thousand, THOUSAND,
-        f"{ok:,} succeeded jobs x {w.result_puts_per_job} objects (result.json + artifacts)",
-    )  # fmt: skip
-    add(
-        "S3", "GET requests", ok * w.result_gets_per_job, "requests", prices.s3_get_per_thousand, THOUSAND,
-        f"{ok:,} succeeded jobs x {w.result_gets_per_job} downloads",
-    )  # fmt: skip
     add(
         "S3", "storage", stored_gb, "GB-month", prices.s3_storage_per_gb_month, 1,
         f"{ok:,} jobs x {w.result_kb_per_job:g} KB x {w.result_retention_months:g} month(s) kept",
     )  # fmt: skip
+    alerts = tally("sns")
+    add(
+        "SNS", "Publish (alerts)", sum(c * r for _, c, r in alerts), "requests",
+        prices.sns_per_million_requests, MILLION, derivation(alerts),
+    )  # fmt: skip
+
+    unpriced: dict[str, int] = {}
+    for _, path, count, _ in runs:
+        for call in path.calls:
+            if call.service not in PRICED_SERVICES and count:
+                name = f"{call.service}:{call.operation}"
+                unpriced[name] = unpriced.get(name, 0) + count
 
     # Model ---------------------------------------------------------------------------------------
     if w.model is not None:
@@ -540,7 +749,32 @@ def estimate(
         lines=lines,
         cloudflare_operations=operations,
         cloudflare_usd=operations / MILLION * prices.cloudflare_queues_per_million_operations,
+        model_rates=model_rates(w, model_prices),
+        unpriced_calls=unpriced,
     )
+
+
+def model_rates(w: Workload, table: ModelPriceTable | None = None) -> list[ModelRate]:
+    """Every non-free model of every provider in the price table that the workload's usage prices,
+    per 1M jobs (only succeeded jobs are billed)."""
+    if not w.model_usage_per_job:
+        return []
+    succeeded = w.succeeded_jobs / w.jobs_per_month
+    rates = []
+    for entry in (table or default_table()).models:
+        usd = None if entry.free else entry.price(w.model_usage_per_job, w.model_options)
+        if usd is None:
+            continue
+        rates.append(
+            ModelRate(
+                provider=entry.provider,
+                model=entry.model,
+                usd_per_job=usd,
+                usd_per_million_jobs=usd * succeeded * MILLION,
+                as_of=entry.as_of,
+            )
+        )
+    return sorted(rates, key=lambda rate: (rate.provider, rate.usd_per_million_jobs))
 
 
 def _model_lines(
@@ -640,6 +874,27 @@ def render_text(estimate: Estimate) -> str:
     out.append(f"{'AWS total':<24}{estimate.aws_total_usd:>12.4f}")
     out.append("")
     out.append(
+        f"AWS backbone per 1M jobs: ${estimate.per_million_jobs_usd:,.2f} at {w.jobs_per_month:,} jobs/month "
+        f"(fixed costs spread over them), ${estimate.variable_per_million_jobs_usd:,.2f} variable"
+    )
+    if estimate.model_rates:
+        usage = ", ".join(f"{key}={value:g}" for key, value in w.model_usage_per_job.items())
+        out.append(f"Model per 1M jobs ({usage} per succeeded job; list prices, verify them):")
+        width = max(len(f"{r.provider} {r.model}") for r in estimate.model_rates)
+        for rate in estimate.model_rates:
+            name = f"{rate.provider} {rate.model}"
+            out.append(
+                f"  {name:<{width}}  ${rate.usd_per_million_jobs:>12,.2f}  (as of {rate.as_of.isoformat()})"
+            )
+    else:
+        out.append(
+            "Model per 1M jobs: give --model-usage (e.g. inputTokens=2000) to price every provider's models"
+        )
+    if estimate.unpriced_calls:
+        calls = ", ".join(f"{name} x {count:,}" for name, count in estimate.unpriced_calls.items())
+        out.append(f"Not priced (calls of the profile with no price in the table): {calls}")
+    out.append("")
+    out.append(
         f"Cloudflare Queues (article's count): {estimate.cloudflare_operations:,} operations x "
         f"${_plain(p.cloudflare_queues_per_million_operations)}/M = ${estimate.cloudflare_usd:.4f} "
         "(queue operations only)"
@@ -658,6 +913,10 @@ def to_dict(estimate: Estimate) -> dict[str, Any]:
         "lines": [line.model_dump(mode="json") for line in estimate.lines],
         "by_service_usd": estimate.by_service(),
         "aws_total_usd": estimate.aws_total_usd,
+        "aws_per_million_jobs_usd": estimate.per_million_jobs_usd,
+        "aws_variable_per_million_jobs_usd": estimate.variable_per_million_jobs_usd,
+        "model_per_million_jobs": [rate.model_dump(mode="json") for rate in estimate.model_rates],
+        "unpriced_calls": estimate.unpriced_calls,
         "cloudflare_operations": estimate.cloudflare_operations,
         "cloudflare_usd": estimate.cloudflare_usd,
         "assumptions": list(ASSUMPTIONS),

@@ -9,14 +9,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from aijobs.stage_config import parse_stage_config
+from aijobs_cli.call_profile import Call, CallProfile, IndexWrite, ItemAccess, PathProfile
 from aijobs_cli.cost import (
     DEFAULT_PRICES,
     Estimate,
     PriceTable,
     Workload,
     cloudflare_operations,
+    cron_runs_per_hour,
     estimate,
     render_text,
+    stage_workload,
     to_dict,
 )
 
@@ -35,6 +39,83 @@ EMPTY_POLLS = "empty long polls (event-source mappings)"
 
 def _sqs(est: Estimate, item: str) -> float:
     return est.quantity("SQS", item)
+
+
+def _dynamo(
+    operation: str, *, table: str = "shard", reads: float = 0, writes: float = 0, **kw: object
+) -> Call:
+    return Call.model_validate(
+        {
+            "service": "dynamodb",
+            "operation": operation,
+            "table": table,
+            "read_units": reads,
+            "write_units": writes,
+        }
+        | kw
+    )
+
+
+def _job_update(wru: float, index_units: float, size: int = 800) -> Call:
+    """A job-row update that moves the row in both status indexes (2 writes each)."""
+    moves = tuple(
+        IndexWrite(index=index, partition="P", writes=2, bytes=size, units=index_units / 2)
+        for index in ("by_user_status", "by_kind_status")
+    )
+    job = ItemAccess(
+        action="Update",
+        table="shard",
+        partition="USER#{}",
+        sort="JOB#{}",
+        bytes=size,
+        units=wru,
+        index_writes=moves,
+    )
+    return _dynamo("UpdateItem", writes=wru, index_write_units=index_units, items=(job,))
+
+
+SEND_CALL = Call(service="sqs", operation="SendMessage", table="queue", bytes=72)
+PUT_CALL = Call(service="s3", operation="PutObject", bytes=160)
+
+
+def _path(*calls: Call) -> PathProfile:
+    return PathProfile(description="hand-made", calls=calls)
+
+
+# A hand-made profile with round numbers, so every DynamoDB figure below can be checked by hand.
+PROFILE = CallProfile(
+    paths={
+        "producer.submit": _path(
+            _dynamo("Query", reads=1), _dynamo("TransactWriteItems", writes=8), SEND_CALL
+        ),
+        "producer.submit_idempotent": _path(
+            _dynamo("Query", reads=1), _dynamo("TransactWriteItems", writes=10), SEND_CALL
+        ),
+        "producer.poll": _path(_dynamo("GetItem", reads=1)),
+        "consumer.success": _path(_job_update(1, 4), PUT_CALL, _job_update(2, 6)),
+        "consumer.retry": _path(
+            _job_update(1, 4),
+            _job_update(1, 4),
+            Call(service="sqs", operation="ChangeMessageVisibility", table="queue"),
+        ),
+        "consumer.success_after_retry": _path(_job_update(1, 4), PUT_CALL, _job_update(2, 6)),
+        "consumer.dead_letter": _path(
+            _job_update(1, 4), Call(service="sqs", operation="SendMessage", table="dlq", bytes=72)
+        ),
+        "consumer.failed_final": _path(_job_update(1, 4), _dynamo("TransactWriteItems", writes=6)),
+        "dlq.dead_letter": _path(
+            _dynamo("GetItem", reads=1),
+            _dynamo("PutItem", table="meta", writes=1, index_write_units=1),
+            Call(service="sns", operation="Publish", bytes=512),
+        ),
+        "cron */10 * * * *": _path(
+            _dynamo("PutItem", table="meta", writes=1),
+            _dynamo("Query", index="by_due", partition="GRANT", reads=0.5),
+            _dynamo("Query", index="by_kind_status", partition="KIND#{}#STATUS#{}", reads=0.5),
+        ),
+    }
+)
+ONE_CRON = {"*/10 * * * *": 6.0}
 
 
 def _small(**overrides: object) -> Workload:
@@ -68,7 +149,8 @@ def test_article_workload_on_aws_by_hand() -> None:
     assert est.quantity("Lambda", "API (producer) invocations") == 20_000 + 60_000
     assert est.quantity("Lambda", "consumer duration") == pytest.approx(21_400 * 2.0 * 0.5)
     assert est.quantity("API Gateway", "HTTP API requests") == 80_000
-    assert est.quantity("EventBridge Scheduler", "schedule invocations") == 6 * 730
+    # The default crons: the dev stage's */10 and */5.
+    assert est.quantity("EventBridge Scheduler", "schedule invocations") == (6 + 12) * 730
 
 
 # --- 64 KB chunks -------------------------------------------------------------------------------
@@ -152,11 +234,9 @@ def test_retries_and_dlq_add_the_expected_requests() -> None:
     assert clean.quantity("Lambda", "consumer duration") == pytest.approx(100 * 2.0 * 512 / 1024)
     assert failing.quantity("Lambda", "DLQ consumer invocations") == 1
     assert clean.quantity("Lambda", "DLQ consumer invocations") == 0
-    # DynamoDB: 4 WRU per submit, 3 per delivery, 1 per DLQ record.
-    assert failing.quantity("DynamoDB", "write request units") == 100 * 4 + deliveries * 3 + 2
-    assert clean.quantity("DynamoDB", "write request units") == 100 * 4 + 100 * 3
-    # Only succeeded jobs write results.
-    assert failing.quantity("S3", "PUT requests") == 98 * 2
+    # Only succeeded jobs write results (one object each in the measured profile).
+    assert failing.quantity("S3", "PUT requests") == 98
+    assert failing.quantity("SNS", "Publish (alerts)") == 2  # one alert per dead-lettered job
     assert cloudflare_operations(failing.workload) - cloudflare_operations(clean.workload) == 10 + 2
 
 
@@ -209,6 +289,7 @@ def test_totals_equal_the_sum_of_lines() -> None:
         "API Gateway",
         "EventBridge Scheduler",
         "S3",
+        "SNS",
     }
     for line in est.lines:
         assert line.monthly_usd == pytest.approx(line.quantity / line.price_basis * line.unit_price)
@@ -271,7 +352,11 @@ def test_price_table_rejects_typos_and_negative_prices(tmp_path: Path) -> None:
         {"jobs_per_month": 100, "retry_rate": 0.1, "dlq_rate": 1.2},
         # A job reaches the DLQ only after failing its first attempt: dead letters are retried jobs.
         {"jobs_per_month": 100, "retry_rate": 0.01, "dlq_rate": 0.05},
-        {"jobs_per_month": 100, "max_retries": 0},
+        {"jobs_per_month": 100, "max_retries": -1},
+        {"jobs_per_month": 100, "retry_rate": 0.5, "failed_final_rate": 0.6},
+        {"jobs_per_month": 100, "cron_runs": {"*/5 * * * *": -1}},
+        {"jobs_per_month": 100, "shard_count": 0},
+        {"jobs_per_month": 100, "job_row_kb": 500},
         {"jobs_per_month": 100, "message_kb": 0},
         {"jobs_per_month": 100, "message_kb": 2048},
         {"jobs_per_month": 100, "batch_size": 0},
@@ -340,3 +425,150 @@ def test_cli_prices_a_models_spend_from_the_model_price_table() -> None:
     bad = CliRunner().invoke(app, [*args, "--model", "us.amazon.nova-lite-v1:0", "--model-usage", "tokens"])
     assert bad.exit_code != 0
     assert "UNIT=NUMBER" in bad.output
+
+
+# --- per path, from the call profile ----------------------------------------------------------------
+
+
+def test_dynamodb_units_are_each_paths_measured_units_times_its_runs() -> None:
+    w = _small(cron_runs={}, failed_final_rate=0.05, idempotency_key_rate=0.2, status_polls_per_job=2)
+    est = estimate(w, profile=PROFILE)
+    # 100 jobs: 20 keyed submits; 10 retried (8 recover, 2 dead-lettered after 3 retries); 5 fail for good.
+    first_try, recovered, dead, final, retries = 100 - 10 - 5, 8, 2, 5, 8 + 2 * 3
+    writes = (
+        80 * 8 + 20 * 10  # submits: the transaction
+        + first_try * 13 + recovered * 13  # successes: claim (1 + 4 index) + finish (2 + 6 index)
+        + retries * 10 + dead * 5 + final * 11  # failed attempts
+        + dead * 2  # DLQ consumer: the dead-letter record and its index entry
+    )  # fmt: skip
+    assert est.quantity("DynamoDB", "write request units") == writes
+    assert est.quantity("DynamoDB", "read request units") == 100 * 1 + 200 * 1 + dead * 1
+    assert est.quantity("DynamoDB", "write request units (crons)") == 0
+    assert _sqs(est, SEND) == 100
+    assert _sqs(est, VISIBILITY) == retries
+    assert _sqs(est, DLQ_SEND) == dead
+    assert est.quantity("S3", "PUT requests") == first_try + recovered
+    assert est.quantity("SNS", "Publish (alerts)") == dead
+
+
+def test_cron_calls_repeat_per_run_per_shard_and_per_kind() -> None:
+    one = estimate(_small(cron_runs=ONE_CRON, queues=1, shard_count=1), profile=PROFILE)
+    many = estimate(_small(cron_runs=ONE_CRON, queues=4, shard_count=3), profile=PROFILE)
+    runs = 6 * 730
+    assert one.quantity("DynamoDB", "write request units (crons)") == runs * 1  # meta: once per run
+    assert one.quantity("DynamoDB", "read request units (crons)") == runs * (0.5 + 0.5)
+    # The GRANT query repeats per shard, the KIND#/STATUS# one per shard and kind.
+    assert many.quantity("DynamoDB", "read request units (crons)") == runs * (3 * 0.5 + 3 * 4 * 0.5)
+    assert many.quantity("Lambda", "cron dispatcher invocations") == runs
+    assert many.quantity("EventBridge Scheduler", "schedule invocations") == runs
+
+
+def test_a_cron_the_profile_has_not_measured_says_how_to_regenerate_it() -> None:
+    with pytest.raises(KeyError, match="--write-profile"):
+        estimate(_small(cron_runs={"0 3 * * *": 1 / 24}), profile=PROFILE)
+
+
+@pytest.mark.parametrize(
+    ("expression", "per_hour"),
+    [
+        ("*/10 * * * *", 6),
+        ("*/5 * * * *", 12),
+        ("* * * * *", 60),
+        ("0 3 * * *", 1 / 24),
+        ("0,30 9-17 * * *", 18 / 24),
+        ("0 0 * * 1", 208 / 1461 / 24),  # the 208 Mondays of 2025-2028
+        ("0 0 1 * *", 48 / 1461 / 24),  # the 1st of each month, over 4 years of days
+        ("0 0 29 2 *", 1 / 1461 / 24),  # leap days only
+    ],
+)
+def test_cron_runs_per_hour_average_the_firings_over_the_calendar(expression: str, per_hour: float) -> None:
+    assert cron_runs_per_hour(expression) == pytest.approx(per_hour, rel=1e-9)
+
+
+def test_the_stage_decides_crons_shards_kinds_and_retries() -> None:
+    config = parse_stage_config(
+        "t",
+        {
+            "QUEUE_NAMES": "summary;embedding;tts-generate",
+            "CRONS": "*/10 * * * *;0 3 * * *",
+            "SHARD_COUNT": "4",
+            "MAX_RETRIES": "2",
+            "BATCH_SIZE": "7",
+            "PROVIDER": "local",
+        },
+    )
+    fields = stage_workload(config)
+    assert fields["cron_runs"] == {"*/10 * * * *": 6.0, "0 3 * * *": pytest.approx(1 / 24)}
+    assert (fields["shard_count"], fields["queues"], fields["max_retries"], fields["batch_size"]) == (
+        4,
+        3,
+        2,
+        7,
+    )
+
+
+def test_a_larger_job_row_costs_more_units_on_job_rows_only() -> None:
+    w = _small(retry_rate=0, dlq_rate=0, cron_runs={})
+    measured = estimate(w, profile=PROFILE)
+    large = estimate(w.model_copy(update={"job_row_kb": 2.5}), profile=PROFILE)
+    assert measured.quantity("DynamoDB", "write request units") == 100 * 8 + 100 * 13
+    # Each success updates its job row twice: 3 WRU at 2.5 KB, and 2 x 3 in each of its 2 indexes.
+    # The submit's transaction (no job item in this hand-made profile) keeps its 8.
+    assert large.quantity("DynamoDB", "write request units") == 100 * 8 + 100 * 2 * (3 + 2 * 2 * 3)
+    assert large.quantity("DynamoDB", "read request units") == measured.quantity(
+        "DynamoDB", "read request units"
+    )
+
+
+def test_per_million_jobs_spreads_fixed_costs_and_variable_leaves_them_out() -> None:
+    small, large = estimate(_small(jobs_per_month=10_000)), estimate(_small(jobs_per_month=1_000_000))
+    assert small.per_million_jobs_usd > large.per_million_jobs_usd  # the empty polls weigh less
+    assert small.variable_per_million_jobs_usd == pytest.approx(large.variable_per_million_jobs_usd, rel=0.02)
+    fixed = sum(line.monthly_usd for line in small.lines if line.fixed)
+    assert small.per_million_jobs_usd == pytest.approx(small.aws_total_usd / 10_000 * 1_000_000)
+    assert small.variable_per_million_jobs_usd == pytest.approx(
+        (small.aws_total_usd - fixed) / 10_000 * 1_000_000
+    )
+    assert {line.item for line in small.lines if line.fixed} >= {EMPTY_POLLS, "schedule invocations"}
+
+
+def test_model_rates_price_every_providers_models_for_the_usage() -> None:
+    from aijobs.pricing import default_table
+
+    est = estimate(_small(model_usage_per_job={"inputTokens": 2000, "outputTokens": 300}))
+    rates = {(r.provider, r.model): r for r in est.model_rates}
+    assert {provider for provider, _ in rates} == {"bedrock", "openai"}  # polly bills characters
+    lite = rates[("bedrock", "amazon.nova-lite-v1:0")]
+    entry = default_table().lookup("bedrock", "amazon.nova-lite-v1:0")
+    assert entry is not None
+    per_job = entry.price({"inputTokens": 2000, "outputTokens": 300})
+    assert per_job is not None
+    assert lite.usd_per_million_jobs == pytest.approx(per_job * 0.98 * 1_000_000)  # 2% dead-lettered
+    assert ("local", "local") not in rates  # free models are not listed
+    speech = estimate(_small(model_usage_per_job={"characters": 1000}))
+    assert {r.provider for r in speech.model_rates} == {"polly"}
+    text = render_text(est)
+    assert "Model per 1M jobs" in text
+    assert "bedrock amazon.nova-lite-v1:0" in text
+    assert f"{lite.usd_per_million_jobs:,.2f}" in text
+    assert estimate(_small()).model_rates == []
+
+
+def test_cli_reads_the_stage_and_the_profile_and_says_what_is_missing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from aijobs_cli.main import app
+
+    missing = CliRunner().invoke(app, ["cost", "--stage", "nosuchstage"])
+    assert missing.exit_code != 0
+    assert ".env.nosuchstage" in missing.output
+    # The dev stage's crons are not all in this hand-made profile: name the command that measures them.
+    profile = tmp_path / "profile.json"
+    profile.write_text(PROFILE.to_json(), encoding="utf-8")
+    stale = CliRunner().invoke(app, ["cost", "--stage", "dev", "--call-profile", str(profile)])
+    assert stale.exit_code != 0
+    assert "--write-profile" in stale.output
+    ok = CliRunner().invoke(app, ["cost", "--stage", "dev", "--jobs", "1000000", "--json"])
+    assert ok.exit_code == 0, ok.output
+    document = json.loads(ok.stdout)
+    assert document["aws_per_million_jobs_usd"] == pytest.approx(document["aws_total_usd"])
