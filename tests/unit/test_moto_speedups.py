@@ -4,6 +4,7 @@ code (moto_speedups.ORIGINALS) on the same data, and the answers compared whole.
 from __future__ import annotations
 
 import copy
+import importlib
 import itertools
 import os
 import random
@@ -19,6 +20,11 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from mypy_boto3_dynamodb import DynamoDBClient
 
 from aijobs_cli import moto_speedups
+
+# moto's parsing modules are untyped (`# type: ignore`): looked up as plain modules.
+ast_nodes: Any = importlib.import_module("moto.dynamodb.parsing.ast_nodes")
+expressions: Any = importlib.import_module("moto.dynamodb.parsing.expressions")
+validators: Any = importlib.import_module("moto.dynamodb.parsing.validators")
 
 TABLE = "speedups"
 STREAMED = "speedups-streamed"
@@ -88,6 +94,11 @@ def moto_as_is(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
             "transact_write_items",
             moto_speedups.ORIGINALS["DynamoDBBackend.transact_write_items"],
         )
+        parser, validator = expressions.UpdateExpressionParser, validators.UpdateExpressionValidator
+        monkeypatch.setattr(parser, "make", moto_speedups.ORIGINALS["UpdateExpressionParser.make"])
+        for name in ("__init__", "validate"):
+            monkeypatch.setattr(validator, name, moto_speedups.ORIGINALS[f"UpdateExpressionValidator.{name}"])
+        monkeypatch.setattr(validators, "deepcopy", moto_speedups.ORIGINALS["validators.deepcopy"])
 
     return restore
 
@@ -457,3 +468,154 @@ def test_moto_lists_its_services_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert list(backends.list_of_moto_modules()) == expected
     assert list(backends.list_of_moto_modules()) == expected
     assert listed == []
+
+
+# --- 5. update expressions: moto's answers and errors, with parses and value-free checks reused --
+
+
+def _update_item(pk: str, expression: str, names: dict[str, str], **values: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "TableName": TABLE,
+        "Key": {"pk": {"S": pk}, "sk": {"S": "J"}},
+        "UpdateExpression": expression,
+        "ReturnValues": "ALL_NEW",
+    }
+    if names:
+        request["ExpressionAttributeNames"] = names
+    if values:
+        request["ExpressionAttributeValues"] = {
+            f":{key}": {"N": str(value)} if isinstance(value, int) else value for key, value in values.items()
+        }
+    return request
+
+
+SET_MANY = (
+    "SET " + ", ".join(f"#a{n} = :v{n}" for n in range(12)) + ", tries = if_not_exists(tries, :z) + :one"
+)
+NAMES_MANY = {f"#a{n}": f"a{n}" for n in range(12)}
+VALUES_MANY = {f"v{n}": {"S": f"value {n}"} for n in range(12)} | {"z": 0, "one": 1}
+# In order, twice over (the second time from the reused parses and checks): the same texts with
+# other names must meet the checks that depend on names (a key attribute, overlapping paths).
+UPDATES = [
+    _update_item("u1", SET_MANY, NAMES_MANY, **VALUES_MANY),
+    _update_item("u1", SET_MANY, NAMES_MANY, **VALUES_MANY),
+    _update_item("u2", SET_MANY, NAMES_MANY, **VALUES_MANY),  # an item the update creates
+    _update_item("u1", "SET #a = :x, #b = :y", {"#a": "n", "#b": "m"}, x=1, y=2),
+    _update_item("u1", "SET #a = :x, #b = :y", {"#a": "n", "#b": "n"}, x=1, y=2),  # duplicate path
+    _update_item("u1", "SET #k = :x", {"#k": "n"}, x=3),
+    _update_item("u1", "SET #k = :x", {"#k": "sk"}, x={"S": "other"}),  # a key attribute
+    _update_item(
+        "u1",
+        "SET l = list_append(if_not_exists(l, :e), :l), m.#p = :x",
+        {"#p": "p"},
+        e={"L": []},
+        l={"L": [{"N": "1"}]},
+        x=1,
+    ),
+    _update_item("u1", "SET m = :m", {}, m={"M": {"p": {"N": "1"}, "q": {"L": [{"S": "a"}, {"S": "b"}]}}}),
+    _update_item("u1", "SET m.p = m.p + :one REMOVE m.q[0] ADD c :one, s :s", {}, one=1, s={"SS": ["a"]}),
+    _update_item("u1", "DELETE s :s", {}, s={"SS": ["a"]}),
+    _update_item("u1", "SET a = :x SET b = :x", {}, x=1),  # two SET clauses
+    _update_item("u1", "SET n = n + :x", {}, x={"S": "text"}),  # a type mismatch
+    _update_item("u1", "SET n = :undefined", {}, x=1),
+    _update_item("u1", "SET nothing = nothing + :x", {}, x=1),  # a path that does not exist
+    _update_item("u1", "SET = :x", {}, x=1),  # not an expression
+]
+
+
+def _outcome(client: DynamoDBClient, request: dict[str, Any]) -> Any:
+    try:
+        return client.update_item(**request)["Attributes"]
+    except client.exceptions.ClientError as error:
+        return error.response["Error"]["Code"], error.response["Error"]["Message"]
+
+
+def test_update_expressions_answer_as_moto_does(
+    dynamodb: DynamoDBClient, moto_as_is: Callable[[], None]
+) -> None:
+    patched = [_outcome(dynamodb, request) for request in UPDATES + UPDATES]
+    contents = _everything(dynamodb)
+    assert any(isinstance(outcome, tuple) for outcome in patched)  # some are refused
+    for entry in contents:
+        dynamodb.delete_item(TableName=TABLE, Key={"pk": entry["pk"], "sk": entry["sk"]})
+    moto_as_is()
+    assert [_outcome(dynamodb, request) for request in UPDATES + UPDATES] == patched
+    assert _everything(dynamodb) == contents
+
+
+def test_the_value_free_checks_run_once_per_text_names_and_table(
+    dynamodb: DynamoDBClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[str] = []
+    original = validators.ActionCountValidator.verify_action_counts
+
+    def counting(self: Any, node: Any) -> Any:
+        checked.append("checked")
+        return original(self, node)
+
+    monkeypatch.setattr(validators.ActionCountValidator, "verify_action_counts", counting)
+    expression = "SET #a = :x, b = :x"  # a text no other test uses: not checked yet
+    dynamodb.update_item(**_update_item("u5", expression, {"#a": "a"}, x=1))
+    assert checked
+    checked.clear()
+    dynamodb.update_item(**_update_item("u5", expression, {"#a": "a"}, x=2))
+    assert not checked  # the same text and names: values and item alone differ
+    dynamodb.update_item(**_update_item("u5", expression, {"#a": "c"}, x=2))
+    assert checked  # other names
+
+
+def _shape(root: Any) -> Any:
+    """A tree as nested data: each node's type, attributes in order, and its parent's position."""
+    positions: dict[int, int] = {}
+
+    def number(node: Any) -> None:
+        positions[id(node)] = len(positions)
+        for child in node.children or []:
+            if isinstance(child, ast_nodes.Node):
+                number(child)
+
+    def shape(node: Any) -> Any:
+        if not isinstance(node, ast_nodes.Node):
+            return node
+        attributes: dict[str, Any] = {}
+        for name, value in vars(node).items():
+            if name == "parent":
+                attributes[name] = None if value is None else positions.get(id(value), "outside")
+            elif name == "children":
+                attributes[name] = None if value is None else [shape(child) for child in value]
+            else:
+                attributes[name] = value
+        return type(node), list(vars(node)), attributes
+
+    number(root)
+    return shape(root)
+
+
+def test_a_parsed_tree_is_cloned_as_deepcopy_copies_it(dynamodb: DynamoDBClient) -> None:
+    original_make = moto_speedups.ORIGINALS["UpdateExpressionParser.make"].__func__
+    for request in UPDATES[:-1]:
+        tree = original_make(expressions.UpdateExpressionParser, request["UpdateExpression"])
+        clone = moto_speedups._clone_tree(tree)
+        assert clone is not None
+        assert _shape(clone) == _shape(copy.deepcopy(tree))
+        assert not {id(node) for node in _nodes(clone)} & {id(node) for node in _nodes(tree)}
+
+
+def _nodes(root: Any) -> Iterator[Any]:
+    yield root
+    for child in root.children or []:
+        if isinstance(child, ast_nodes.Node):
+            yield from _nodes(child)
+
+
+def test_moto_never_changes_a_parsed_tree_it_is_handed(dynamodb: DynamoDBClient) -> None:
+    """make() hands every caller the same tree for a text: moto must only read it."""
+    for request in UPDATES + UPDATES:
+        _outcome(dynamodb, request)
+    update = {key: value for key, value in UPDATES[0].items() if key != "ReturnValues"}
+    dynamodb.transact_write_items(TransactItems=[{"Update": update}])  # type: ignore[typeddict-item]
+    original_make = moto_speedups.ORIGINALS["UpdateExpressionParser.make"].__func__
+    kept = moto_speedups._parsed_updates
+    assert {request["UpdateExpression"] for request in UPDATES[:-1]} <= set(kept)
+    for text, tree in kept.items():
+        assert _shape(tree) == _shape(original_make(expressions.UpdateExpressionParser, text)), text
