@@ -20,6 +20,7 @@ from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.ids import new_job_id
 from aijobs.providers.base import ProviderRequest, ProviderResult
 from aijobs.providers.local import LocalProvider
+from aijobs.queues import JobQueues
 from aijobs.settings import ConsumerSettings, DlqSettings
 from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
@@ -142,11 +143,9 @@ class Stage:
         return job
 
     def send(self, job: Job, *, kind: str | None = None) -> None:
+        """Send the job's reference as the producer does (through `JobQueues`, tenant group and all)."""
         message = QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind)
-        self.sqs.send_message(
-            QueueUrl=self.resources.queue_urls[kind or job.kind],
-            MessageBody=message.model_dump_json(exclude_none=True),
-        )
+        JobQueues(self.sqs, self.resources.queue_urls).send(message, kind=kind or job.kind)
 
     def job(self, job: Job) -> Job:
         row = self.store_for(job.user_id).get(job.user_id, job.job_id)

@@ -1,4 +1,11 @@
-"""Sending job references to the per-kind queues. The body is a `QueueMessage` and nothing else."""
+"""Sending job references to the per-kind queues. The body is a `QueueMessage` and nothing else.
+
+Every job message carries its user id as `MessageGroupId`. On a standard queue that makes SQS a
+fair queue (no queue setting needed): when one tenant floods a kind, SQS delivers the other
+tenants' waiting messages first, so their jobs start within their normal latency (README,
+"Fairness between tenants"). It changes nothing else: standard queues keep at-least-once,
+unordered delivery, and a group never blocks another as it would on a FIFO queue.
+"""
 
 from __future__ import annotations
 
@@ -29,11 +36,18 @@ class JobQueues:
     """Queue URLs by kind (from the `Q_*` bindings) and the SQS calls made on them."""
 
     def __init__(
-        self, sqs: SQSClient, urls: Mapping[str, str], dlq_urls: Mapping[str, str] | None = None
+        self,
+        sqs: SQSClient,
+        urls: Mapping[str, str],
+        dlq_urls: Mapping[str, str] | None = None,
+        *,
+        webhook_url: str | None = None,
     ) -> None:
         self._sqs = sqs
         self._urls = dict(urls)
         self._dlq_urls = dict(dlq_urls or {})
+        # The webhook delivery queue (aijobs.webhooks): not a job kind, so not among `kinds`.
+        self.webhook_url = webhook_url
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -51,6 +65,7 @@ class JobQueues:
             QueueUrl=self.url(kind),
             MessageBody=message.model_dump_json(exclude_none=True),
             DelaySeconds=max(0, min(delay_seconds, MAX_SEND_DELAY_SECONDS)),
+            MessageGroupId=message.userId,
         )
         return response["MessageId"]
 
@@ -67,7 +82,11 @@ class JobQueues:
             response = self._sqs.send_message_batch(
                 QueueUrl=url,
                 Entries=[
-                    {"Id": str(index), "MessageBody": message.model_dump_json(exclude_none=True)}
+                    {
+                        "Id": str(index),
+                        "MessageBody": message.model_dump_json(exclude_none=True),
+                        "MessageGroupId": message.userId,
+                    }
                     for index, message in enumerate(chunk)
                 ],
             )
@@ -79,6 +98,13 @@ class JobQueues:
                     f"{len(failed)} of {len(chunk)} messages were not sent to {kind}: {codes}"
                 )
         return calls
+
+    def send_webhook(self, body: str) -> bool:
+        """Queue a webhook delivery message; False when this function has no webhook queue."""
+        if self.webhook_url is None:
+            return False
+        self._sqs.send_message(QueueUrl=self.webhook_url, MessageBody=body)
+        return True
 
     def send_to_dlq(self, body: str, *, kind: str) -> None:
         """Move a message whose attempt budget is spent to its kind's DLQ (the body is unchanged)."""
