@@ -290,6 +290,10 @@ def test_directives_in_dict_input_are_read_and_stripped(provider: LocalProvider)
         "#crash:",
         "#crash:x",
         "#crash:-1",
+        "#cost:",
+        "#cost:-0.5",
+        "#cost:abc",
+        "#cost:1e3",
     ],
 )
 def test_malformed_directive_is_invalid_input_naming_it(provider: LocalProvider, directive: str) -> None:
@@ -331,6 +335,19 @@ def test_unknown_hashtag_is_ordinary_text_and_ends_directives(provider: LocalPro
     assert running_word.output["summary"].startswith("#running late again.")
     crash_word = provider.run(request(input="#crashed servers. Everyone was paged at night."))
     assert crash_word.output["summary"].startswith("#crashed servers.")
+
+
+def test_cost_is_reported_by_a_succeeded_result_only(provider: LocalProvider) -> None:
+    done = provider.run(request(input=f"#cost:0.05 {SOLAR}"))
+    assert (done.status, done.cost) == ("succeeded", 0.05)
+    assert done.output == provider.run(request(input=SOLAR)).output  # stripped before the work
+    assert provider.run(request(input=SOLAR)).cost == 0.0
+    waiting = provider.run(request(input=f"#cost:2 #running:1 {SOLAR}"))
+    assert (waiting.status, waiting.cost) == ("running", 0.0)
+    checked = provider.run(request(input=f"#cost:2 #running:1 {SOLAR}", checks=1, handle=waiting.handle))
+    assert (checked.status, checked.cost) == ("succeeded", 2.0)
+    with pytest.raises(TransientProviderError):
+        provider.run(request(input=f"#cost:2 #fail:503x1 {SOLAR}", attempt=1))
 
 
 # --- summary ------------------------------------------------------------------------------------

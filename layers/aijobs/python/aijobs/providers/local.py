@@ -74,10 +74,11 @@ def _digest(text: str) -> bytes:
 
 # --- magic directives -------------------------------------------------------------------------
 
-_DIRECTIVE = re.compile(r"^#(fail|running|sleep|crash):(.*)$", re.IGNORECASE | re.DOTALL)
+_DIRECTIVE = re.compile(r"^#(fail|running|sleep|crash|cost):(.*)$", re.IGNORECASE | re.DOTALL)
 _FAIL_VALUE = re.compile(r"^(502|503|429|timeout|400|401|403|413)(?:x(\d{1,6}))?$")
 _COUNT_VALUE = re.compile(r"^\d{1,6}$")
 _SECONDS_VALUE = re.compile(r"^\d{1,3}(?:\.\d{1,6})?$")
+_USD_VALUE = re.compile(r"^\d{1,6}(?:\.\d{1,6})?$")
 
 
 class SimulatedCrash(BaseException):
@@ -106,6 +107,8 @@ class _Directives:
     sleeps: tuple[float, ...] = ()
     # `#crash` / `#crash:N`: the attempt dies (SimulatedCrash) while `attempt <= crash`.
     crash: int | None = None
+    # `#cost:USD`: the cost a succeeded job reports (the spend brake counts it); else 0.
+    cost: float | None = None
 
 
 def _malformed(token: str) -> InvalidInputError:
@@ -130,7 +133,7 @@ def _parse_seconds(token: str, value: str) -> float:
 
 
 def _split_directives(text: str) -> tuple[_Directives, str]:
-    """Split the leading `#fail:`/`#running:`/`#sleep:`/`#crash` directives off `text`.
+    """Split the leading `#fail:`/`#running:`/`#sleep:`/`#crash`/`#cost:` directives off `text`.
 
     Parsing stops at the first leading word that is not a directive (an ordinary `#hashtag`
     included), which stays part of the text. A malformed directive raises `InvalidInputError`.
@@ -139,6 +142,7 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
     sleeps: list[float] = []
     running: int | None = None
     crash: int | None = None
+    cost: float | None = None
     rest = text.lstrip()
     while rest.startswith("#"):
         parts = rest.split(maxsplit=1)
@@ -158,6 +162,10 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
             fails.append(_parse_fail(token, value))
         elif name == "sleep":
             sleeps.append(_parse_seconds(token, value))
+        elif name == "cost":
+            if _USD_VALUE.match(value) is None:
+                raise _malformed(token)
+            cost = float(value)
         elif _COUNT_VALUE.match(value) is None:
             raise _malformed(token)
         elif name == "crash":
@@ -165,7 +173,7 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
         else:
             running = max(running or 0, int(value))
         rest = parts[1] if len(parts) > 1 else ""
-    return _Directives(tuple(fails), running, tuple(sleeps), crash), rest
+    return _Directives(tuple(fails), running, tuple(sleeps), crash, cost), rest
 
 
 def _parse_input(raw: str | dict[str, Any] | None) -> tuple[_Directives, str | None]:
@@ -574,6 +582,8 @@ class LocalProvider:
     - `#sleep:S`: sleep S seconds (at most 30) before working.
     - `#crash` / `#crash:N`: raise `SimulatedCrash` (a `BaseException`) on attempt 1 / while
       `attempt <= N`, after any sleep: the attempt dies like a Lambda killed by its timeout.
+    - `#cost:USD`: the succeeded result reports this cost (e.g. `#cost:0.05`) instead of 0, so
+      the spend brake can be tried locally.
     """
 
     name: str = "local"
@@ -604,6 +614,12 @@ class LocalProvider:
             raise InvalidInputError(f"the local provider has no kind {request.kind!r}")
         directives, text = _parse_input(request.input)
         self._simulate(request, directives)
+        result = self._work(request, directives, text)
+        if directives.cost is not None and result.status == "succeeded":
+            return result.model_copy(update={"cost": directives.cost})
+        return result
+
+    def _work(self, request: ProviderRequest, directives: _Directives, text: str | None) -> ProviderResult:
         if request.handle is not None and request.handle != task_handle(request):
             raise InvalidInputError("unknown task handle")
         if request.kind == "video-generate":
