@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cache
@@ -22,19 +22,26 @@ from moto import mock_aws
 
 from aijobs import runtime
 from aijobs.domain import Job, JobStatus
+from aijobs.ids import new_job_id
 from aijobs.providers.local import encode_png
 from aijobs.scheduled.maintenance import write_retention
-from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_name_from_resource
+from aijobs.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, StageConfig, queue_name_from_resource
+from aijobs.webhooks.secrets import WebhookSecrets
+from aijobs.webhooks.transport import Poster
+from aijobs.webhooks.urls import UrlPolicy
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local_stack import LocalControl
 from aijobs_cli.resources import provision
 from tests.integration.harness import EVENTS, Clock, Stage, load_event
+from tests.unit.openai_server import ScriptedServer
 
 pytestmark = pytest.mark.integration
 
 EVENT_NAMES = sorted(path.name for path in EVENTS.glob("*.json"))
 DEMO_USER = "user-demo"
+OPERATOR_USER = "operator-demo"
 # The pipeline runs on the local provider here (no network); the adapters have their own tests.
 LOCAL_PROVIDERS = {
     "PROVIDER": "local",
@@ -80,14 +87,26 @@ def sqs_queue(event: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def consumer_events() -> dict[str, tuple[str, str]]:
-    """Event file -> (stage, kind) of the job queue it comes from (DLQ events excluded)."""
+    """Event file -> (stage, kind) of the job queue it comes from (DLQ and webhook events excluded)."""
     found = {}
     for name in EVENT_NAMES:
         queue = sqs_queue(load_event(name))
         if queue is not None and not queue[1].endswith(DLQ_SUFFIX):
             stage, resource = queue
-            found[name] = (stage, str(queue_name_from_resource(stage, resource)))
+            kind = str(queue_name_from_resource(stage, resource))
+            if kind != WEBHOOK_QUEUE:
+                found[name] = (stage, kind)
     return found
+
+
+def webhook_events() -> list[str]:
+    """Events from the webhook delivery queue (`aijobs-<stage>-webhooks`)."""
+    return [
+        name
+        for name in EVENT_NAMES
+        if (queue := sqs_queue(load_event(name))) is not None
+        and queue_name_from_resource(queue[0], queue[1]) == WEBHOOK_QUEUE
+    ]
 
 
 def dlq_events() -> list[str]:
@@ -107,7 +126,8 @@ def api_events() -> list[str]:
 
 
 def test_every_event_file_is_for_one_of_the_functions() -> None:
-    claimed = set(consumer_events()) | set(dlq_events()) | set(cron_events()) | set(api_events())
+    functions = (consumer_events(), dlq_events(), cron_events(), api_events(), webhook_events())
+    claimed = set().union(*functions)
     assert set(EVENT_NAMES) - claimed == set()
 
 
@@ -126,6 +146,10 @@ def test_every_queue_kind_of_every_shipped_stage_has_an_event_named_after_it() -
 
 def test_the_dead_letter_consumer_has_an_event() -> None:
     assert dlq_events(), "no sample event from a dead-letter queue (sqs-dlq-batch.json)"
+
+
+def test_the_webhook_consumer_has_an_event() -> None:
+    assert webhook_events(), "no sample event from the webhook queue (sqs-webhooks-batch.json)"
 
 
 def test_every_cron_of_every_shipped_stage_has_an_event() -> None:
@@ -153,9 +177,9 @@ def _use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     runtime.reset_runtime()
 
 
-def _seed(stage: Stage, job_id: str, kind: str, status: JobStatus = JobStatus.QUEUED) -> Job:
+def _seed(stage: Stage, job_id: str, kind: str, status: JobStatus = JobStatus.QUEUED, **extra: Any) -> Job:
     stage.directory.ensure_user(DEMO_USER)
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = dict(extra)
     if kind == "image-caption":
         key = f"inputs/{DEMO_USER}/lake.png"
         png = encode_png(4, 4, [b"\x20\x40\xe0" * 4] * 4)
@@ -218,6 +242,39 @@ def test_each_dead_letter_event_finalizes_its_jobs(name: str, monkeypatch: pytes
         assert [stage.job(job).status for job in jobs] == [JobStatus.FAILED_FINAL] * len(jobs)
 
 
+@pytest.mark.parametrize("name", webhook_events())
+def test_each_webhook_event_delivers_its_signed_callback(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    event = load_event(name)
+    with provisioned("dev") as stage, ScriptedServer() as receiver:
+        stage.directory.ensure_user(DEMO_USER)
+        secrets = WebhookSecrets(boto3.resource("dynamodb").Table(stage.resources.meta_table))
+        secret = secrets.rotate(DEMO_USER).secret
+        for record in event["Records"]:
+            job = _seed(
+                stage,
+                json.loads(record["body"])["jobId"],
+                "summary",
+                callback_url=receiver.base_url + "/hook",
+            )
+            store = stage.store_for(DEMO_USER)
+            claimed = store.claim(job, now=stage.clock(), lease=timedelta(minutes=1), max_attempts=9)
+            assert claimed is not None
+            store.succeed(
+                claimed, now=stage.clock(), result={"output": "done"}, result_ref=None, model=None, usage={},
+                cost=None,
+            )  # fmt: skip
+            receiver.reply({"ok": True})
+        _use_env(monkeypatch, stage.resources.webhook_env())
+        # The dev stage refuses http and loopback targets; the receiver here is both.
+        consumer = runtime.webhook_consumer()
+        consumer.poster = Poster(UrlPolicy(allow_http=True, allow_loopback=True), 5, consumer.poster.resolver)
+        response = _handler("webhook_consumer")(event, LambdaContext("aijobs-dev-webhook-consumer"))
+        assert response == {"batchItemFailures": []}
+        assert len(receiver.requests) == len(event["Records"])
+        assert all(request.headers["aijobs-signature"].startswith("t=") for request in receiver.requests)
+        assert secret not in json.dumps([r.headers for r in receiver.requests])
+
+
 @pytest.mark.parametrize("name", cron_events())
 def test_each_cron_event_runs_its_scheduled_job(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     event = load_event(name)
@@ -242,16 +299,24 @@ def _matches(template: str, path: str) -> bool:
 
 
 class Api:
-    """The dev stage's API function with a key for the sample events' user and credits."""
+    """The dev stage's API function with a key for the sample events' user and credits, and an
+    operator key for the `/admin/...` events. Pause/resume switch emulated consumer mappings (the
+    local stack's control: the stage's CONSUMER_MAPPINGS name queue ARNs)."""
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
         self.key = stage.directory.create_api_key(DEMO_USER)
+        self.operator_key = stage.directory.create_api_key(OPERATOR_USER, role="operator")
         stage.store_for(DEMO_USER).ledger.grant(DEMO_USER, 100, stage.clock() + timedelta(days=1))
         runtime.api_service().clock = stage.clock
+        self.admin = runtime.admin_service()
+        self.admin.clock = self.admin.operator.clock = stage.clock
+        self.control = LocalControl()
+        self.admin.control = self.control
 
     def call(self, event: dict[str, Any]) -> tuple[int, Any]:
-        event["headers"]["authorization"] = f"Bearer {self.key}"
+        key = self.operator_key if event["rawPath"].startswith("/admin/") else self.key
+        event["headers"]["authorization"] = f"Bearer {key}"
         response = _handler("api")(event, LambdaContext("aijobs-dev-api"))
         return int(response["statusCode"]), json.loads(response.get("body") or "null")
 
@@ -281,6 +346,52 @@ def test_every_api_route_has_an_event(api: Api) -> None:
     assert missing == set()
 
 
+# The operator events' targets (README "Console"): a job of the sample user, a kind's consumer, a tenant.
+ADMIN_JOB = re.compile(r"/admin/jobs/(?P<user>[^/]+)/(?P<job>[^/]+)(?:/(?P<action>rerun|fail-final))?")
+ADMIN_KIND = re.compile(r"/admin/kinds/(?P<kind>[^/]+)/(?P<action>pause|resume)")
+ADMIN_TENANT = re.compile(r"/admin/tenants/(?P<user>[^/]+)/credits")
+
+
+def _dead_lettered(stage: Stage, job_id: str, kind: str, error_class: str) -> Job:
+    """A job whose message reached its DLQ after its attempts, finalized as the DLQ consumer does."""
+    job = _seed(stage, job_id, kind, JobStatus.RUNNING, attempts=3)
+    return stage.store_for(DEMO_USER).fail_final(
+        job, now=stage.clock(), error_class=error_class, message="the provider answered 503",
+        dead_lettered=True, own_claim=False,
+    )  # fmt: skip
+
+
+def _arrange_admin(api: Api, event: dict[str, Any]) -> Callable[[Any], bool]:
+    """Seed what an operator event acts on, in the state its action starts from; returns whether
+    the answer (and the stage afterwards) shows the action done."""
+    stage, path = api.stage, event["rawPath"]
+    if match := ADMIN_JOB.fullmatch(path):
+        assert match["user"] == DEMO_USER, path
+        if match["action"] == "rerun":
+            dead = _dead_lettered(stage, match["job"], "summary", "provider_unavailable")
+            return lambda _body: (stage.job(dead).status, stage.job(dead).reruns) == (JobStatus.QUEUED, 1)
+        if match["action"] == "fail-final":
+            stuck = _seed(stage, match["job"], "summary", JobStatus.RUNNING, attempts=1)
+            return lambda _body: stage.job(stuck).status is JobStatus.FAILED_FINAL
+        job = _seed(stage, match["job"], "summary")
+        return lambda body: (body["userId"], body["jobId"]) == (DEMO_USER, job.job_id)
+    if match := ADMIN_KIND.fullmatch(path):
+        mapping, resume = stage.mapping(match["kind"]), match["action"] == "resume"
+        mapping.enabled = not resume  # the consumer starts in the other state
+        api.control.mappings[mapping.queue_arn] = [mapping]
+        return lambda _body: mapping.enabled is resume
+    if match := ADMIN_TENANT.fullmatch(path):
+        assert match["user"] == DEMO_USER, path
+        return lambda body: body["balance"] == 100  # Api's grant
+    if path == "/admin/reruns":
+        request = json.loads(event["body"])
+        job_id = new_job_id(int(stage.clock().timestamp() * 1000))
+        dead = _dead_lettered(stage, job_id, request["kind"], request["errorClass"])
+        status = JobStatus.FAILED_FINAL if request["dryRun"] else JobStatus.QUEUED
+        return lambda body: body["matched"] == 1 and stage.job(dead).status is status
+    return lambda _body: True
+
+
 @pytest.mark.parametrize("name", api_events())
 def test_each_api_event_gets_a_documented_success(api: Api, name: str) -> None:
     event = load_event(name)
@@ -294,9 +405,12 @@ def test_each_api_event_gets_a_documented_success(api: Api, name: str) -> None:
             assert sum(outcome.received for outcome in api.stage.drain(workflow)) == 1
         else:
             _seed(api.stage, job_id, "summary")
+    did_its_work = _arrange_admin(api, event) if path.startswith("/admin/") else None
     document = api.document()
     status, body = api.call(event)
     assert 200 <= status < 300, (name, status, body)
+    if did_its_work is not None:
+        assert did_its_work(body), (name, body)
     operation = next(
         (
             spec[method.lower()]

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from aijobs.alerts import Alerts
 from aijobs.domain import Job, JobStatus, QueueMessage
@@ -27,34 +26,16 @@ from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
 from aijobs.queues import JobQueues
 from aijobs.stage_config import queue_name_of
+from aijobs.store.dead_letter_records import DeadLetter
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso
 from aijobs.store.tenants import Directory
-from aijobs.workflows.fanin import notify_parent
+from aijobs.workflows.fanin import after_final
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
 DEAD_LETTERED = "dead_lettered"
-
-
-class DeadLetter(BaseModel):
-    """One entry of the operator-visible dead-letter list."""
-
-    kind: str
-    job_id: str
-    user_id: str | None = None
-    attempts: int
-    last_error_class: str | None = None
-    last_error_message: str | None = None
-    dead_lettered_at: str
-    message_id: str
-    receive_count: int
-    job_status: str | None = None
-    # The row's finished_at: each dead-lettering of a job (a re-run may die again) is one entry.
-    job_finished_at: str | None = None
-    # A workflow child's parent: re-run the parent, which re-runs its failed children.
-    parent_id: str | None = None
 
 
 @dataclass
@@ -135,7 +116,7 @@ class DeadLetterConsumer:
                 own_claim=False,
             )
             if self.queues is not None:
-                notify_parent(store, self.queues, finished, now)
+                after_final(store, self.queues, finished, now)
             return finished
         except TransitionConflict:
             # Finished meanwhile (a duplicate delivery, or the job succeeded after all): keep the row.
@@ -203,18 +184,3 @@ def _stray_reason(job: Job, now: datetime) -> str | None:
     ):
         return "job is running under a live lease"
     return None
-
-
-def list_dead_letters(meta: Table, kind: str, *, limit: int = 50) -> list[DeadLetter]:
-    """The operator list of one kind, newest first."""
-    response = meta.query(
-        IndexName="by_time",
-        KeyConditionExpression=Key("gsi1pk").eq(dead_letter_pk(kind)),
-        ScanIndexForward=False,
-        Limit=limit,
-    )
-    fields = DeadLetter.model_fields
-    return [
-        DeadLetter.model_validate({k: v for k, v in item.items() if k in fields})
-        for item in response["Items"]
-    ]

@@ -1,0 +1,157 @@
+"""Response and request models of the operator routes (`/admin/...`, aijobs.api.admin)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from aijobs.domain import JobStatus
+from aijobs.store.jobs import attempt_history
+
+_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d([T ]\d\d:\d\d.*)?")
+
+
+def _iso_text(value: Any) -> Any:
+    """Only an ISO 8601 text is a time here: pydantic would also take `0.5` as a Unix timestamp,
+    which the documented `format: date-time` does not allow."""
+    if isinstance(value, datetime) or (isinstance(value, str) and _ISO_TIME.fullmatch(value)):
+        return value
+    raise ValueError("expected an ISO 8601 date-time, like 2026-01-31T09:00:00Z")
+
+
+IsoTime = Annotated[datetime, BeforeValidator(_iso_text)]
+
+
+class AttemptView(BaseModel):
+    """One end of an attempt (or a job finalized while it waited: no start, no duration)."""
+
+    attempt: int
+    outcome: str
+    endedAt: str
+    startedAt: str | None = None
+    durationMs: int | None = None
+    errorClass: str | None = None
+    message: str | None = None
+
+
+class AdminJob(BaseModel):
+    """A job as an operator sees it in a list (any tenant's)."""
+
+    jobId: str
+    userId: str
+    kind: str
+    status: JobStatus
+    attempts: int
+    reruns: int
+    lastErrorClass: str | None = None
+    lastErrorMessage: str | None = None
+    deadLettered: bool
+    parentId: str | None = None
+    createdAt: datetime
+    updatedAt: datetime
+
+
+class AdminJobDetail(AdminJob):
+    """One job with its input and its attempt timeline (oldest first)."""
+
+    input: Any = None
+    inputRef: str | None = None
+    model: str | None = None
+    finishedAt: datetime | None = None
+    attemptLog: list[AttemptView]
+
+
+class AdminJobList(BaseModel):
+    jobs: list[AdminJob]
+    nextCursor: str | None = None
+
+
+class DeadLetterView(BaseModel):
+    kind: str
+    jobId: str
+    userId: str | None = None
+    attempts: int
+    lastErrorClass: str | None = None
+    lastErrorMessage: str | None = None
+    deadLetteredAt: str
+    jobStatus: str | None = None
+    parentId: str | None = None
+
+
+class DeadLetterList(BaseModel):
+    deadLetters: list[DeadLetterView]
+
+
+class FailFinalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=300, description="why the job is given up (kept on the row)")
+
+
+class BatchRerunRequest(BaseModel):
+    """Re-run a kind's `failed_final` jobs after a fix; `dryRun` (the default) only counts them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, max_length=80)
+    errorClass: str | None = Field(default=None, min_length=1, max_length=80)
+    since: IsoTime | None = None
+    until: IsoTime | None = None
+    dryRun: bool = True
+    limit: int = Field(default=50, ge=1, le=200, description="at most this many jobs (oldest first)")
+
+
+class BatchRerunView(BaseModel):
+    matched: int
+    dryRun: bool
+    rerun: list[str]
+    skipped: list[str]
+
+
+class HourCount(BaseModel):
+    hour: datetime = Field(description="the hour's start (UTC)")
+    succeeded: int
+    failed: int
+
+
+class KindOverview(BaseModel):
+    """One kind at a glance: its queue, its consumer, its last hours."""
+
+    kind: str
+    backlog: int = Field(description="messages waiting in the queue (SQS ApproximateNumberOfMessages)")
+    inFlight: int = Field(description="messages received and not yet deleted")
+    delayed: int
+    oldestQueuedAgeSeconds: int | None = Field(
+        description="age of the oldest `queued` job row (from the jobs index; SQS itself does not say)"
+    )
+    paused: bool | None = Field(description="whether its consumer is switched off (None: unknown)")
+    succeededLastHour: int
+    failedLastHour: int
+    hours: list[HourCount] = Field(description="succeeded and failed_final jobs per hour, oldest first")
+    deadLetters: int = Field(description="entries in its dead-letter list (up to 100 counted)")
+
+
+class Overview(BaseModel):
+    kinds: list[KindOverview]
+    generatedAt: datetime
+
+
+class ConsumerState(BaseModel):
+    kind: str
+    paused: bool
+    mappings: list[str]
+
+
+class SpendView(BaseModel):
+    day: str
+    timeZone: str
+    usd: str = Field(description="the stage's model spend today, in USD (a decimal string)")
+    counted: bool = Field(description="false when the spend brake is off: then nothing counts spend")
+
+
+def attempt_views(log: list[dict[str, Any]]) -> list[AttemptView]:
+    """The row's compact attempt log (aijobs.store.jobs) as the API shows it."""
+    return [AttemptView.model_validate(entry) for entry in attempt_history(log)]
