@@ -17,6 +17,11 @@ the soak runs its own in-process local stack (stage `local`), wrapping every con
 count provider runs per job. Against a deployed stage (`api_url`/`api_key`, plus `stack` for AWS
 access) provider runs cannot be observed: they are approximated from the rows, and the report says
 which checks were not measured.
+
+With a `LoadPlan` the same soak is a load test: submissions paced at a rate, stopped by a duration
+or a hard cap on jobs or spend, and a report of the throttles seen (API 429s, the rows' error
+classes, CloudWatch's Lambda/DynamoDB/SQS metrics on a deployed stage) next to the capacity
+model's prediction for the rate (`aijobs_cli.capacity`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,11 +41,11 @@ from typing import Any, Protocol
 
 from aijobs import aws, runtime
 from aijobs.consumer.dispatcher import Consumer
-from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import QueueMessage, utcnow
 from aijobs.providers.base import Classification, Provider, ProviderRequest, ProviderResult
 from aijobs.providers.local import SimulatedCrash
 from aijobs.settings import ConsumerSettings
+from aijobs.store.dead_letter_records import list_dead_letters
 from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
 from aijobs_cli.target import Target, TargetError
@@ -113,6 +118,8 @@ class SoakJob:
     early_copy: float | None = None
     late_copy: bool = False
     dlq_copy: bool = False
+    cost: float | None = None
+    last_error_class: str | None = None
 
     @property
     def outcome(self) -> str | None:
@@ -137,6 +144,9 @@ class RowState:
     status: str
     attempts: int
     dead_lettered: bool
+    #: The model spend recorded on the row (USD), when the target can read it.
+    cost: float | None = None
+    last_error_class: str | None = None
 
 
 @dataclass
@@ -164,6 +174,8 @@ class SoakReport:
     outcomes: dict[str, dict[str, int]]
     examples: dict[str, list[str]]
     notes: list[str]
+    #: A paced run (`LoadPlan`): caps, why it stopped, throttles seen, the capacity model's prediction.
+    load: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -254,6 +266,7 @@ class SoakTarget(Protocol):
     def ledger(self, user: SoakUser) -> LedgerView | None: ...
     def dead_letters(self, job_ids: set[str]) -> set[str] | None: ...
     def messages_left(self) -> int | None: ...
+    def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None: ...
 
 
 class _StageAccess:
@@ -275,7 +288,9 @@ class _StageAccess:
         for job in jobs:
             row = self.store(job.user_id).get(job.user_id, job.job_id)
             if row is not None:
-                states[job.job_id] = RowState(row.status.value, row.attempts, row.dead_lettered)
+                states[job.job_id] = RowState(
+                    row.status.value, row.attempts, row.dead_lettered, row.cost, row.last_error_class
+                )
         return states
 
     def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool:
@@ -435,6 +450,9 @@ class LocalSoakTarget:
     def messages_left(self) -> int | None:
         return self.access.messages_left()
 
+    def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None:
+        return None  # the local stack publishes no Lambda, DynamoDB or SQS metrics
+
 
 class DeployedSoakTarget:
     """A deployed stage through its HTTP API; with `stack`, also through AWS APIs.
@@ -481,12 +499,16 @@ class DeployedSoakTarget:
         return self.caller
 
     def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]:
+        if self.access is not None:  # the rows themselves: they carry the recorded spend
+            return self.access.rows(jobs)
         states: dict[str, RowState] = {}
         for job in jobs:
             response = self.caller.request("GET", f"/jobs/{job.job_id}")
             if response.status == 200:
                 body = response.body
-                states[job.job_id] = RowState(body["status"], body["attempts"], body["deadLettered"])
+                states[job.job_id] = RowState(
+                    body["status"], body["attempts"], body["deadLettered"], None, body.get("lastErrorClass")
+                )
         return states
 
     def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool:
@@ -519,6 +541,152 @@ class DeployedSoakTarget:
     def messages_left(self) -> int | None:
         # A deployed stage has other traffic; its queues never need to be empty for the soak.
         return None
+
+    def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None:
+        """Throttles and peaks CloudWatch saw in the window (needs `stack`)."""
+        if self.stack is None:
+            return None
+        import boto3
+
+        queries = throttle_queries(self.stack)
+        return fetch_metrics(boto3.client("cloudwatch", region_name=self.stack.region), queries, start, end)
+
+
+# --- a paced load with hard caps ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """Submit at `rate` jobs/s (None: as fast as the workers go) for `duration_seconds`, never more
+    than `max_jobs` jobs, and stop before the spend counted reaches `max_spend_usd`.
+
+    The spend counted is, per submitted job, the larger of `cost_per_job_usd` (the operator's upper
+    bound of one job's model spend) and the spend recorded on its row: it never goes down, so the
+    cap holds whatever the jobs in flight turn out to cost, provided the bound holds.
+    """
+
+    max_jobs: int
+    max_spend_usd: float | None = None
+    cost_per_job_usd: float = 0.0
+    rate: float | None = None
+    duration_seconds: float | None = None
+
+    def stop_reason(self, submitted: int, spend: float, elapsed: float) -> str | None:
+        """Why no further job may be submitted (None: the next one may go)."""
+        if submitted >= self.max_jobs:
+            return "max_jobs"
+        if self.max_spend_usd is not None and spend + self.cost_per_job_usd > self.max_spend_usd:
+            return "max_spend"
+        if self.duration_seconds is not None and elapsed >= self.duration_seconds:
+            return "duration"
+        return None
+
+
+def counted_spend(jobs: list[SoakJob], cost_per_job_usd: float) -> float:
+    """What the spend cap counts: each submitted job at the larger of the bound and its recorded cost."""
+    return sum(max(cost_per_job_usd, job.cost or 0.0) for job in jobs)
+
+
+class Pacer:
+    """Submission slots at a fixed rate: slot n is due `n / rate` seconds after the first."""
+
+    def __init__(self, rate: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+        self.rate = rate
+        self.clock = clock
+        self.sleep = sleep
+        self.start = clock()
+
+    def wait(self, slot: int) -> None:
+        due = self.start + slot / self.rate
+        now = self.clock()
+        if due > now:
+            self.sleep(due - now)
+
+
+def throttle_queries(target: Target) -> list[dict[str, Any]]:
+    """CloudWatch `MetricDataQueries` for what throttles or piles up during a load test: Lambda
+    `Throttles` per consumer and cron function and the account's peak `ConcurrentExecutions`,
+    DynamoDB read/write throttle events per table and per global secondary index (the indexes the
+    call profile writes), SQS peak in-flight messages and oldest message age per queue."""
+    from aijobs.stage_config import queue_name_of
+    from aijobs_cli.call_profile import default_profile
+
+    indexes: dict[str, set[str]] = defaultdict(set)
+    for path in default_profile().paths.values():
+        for call in path.calls:
+            for item in call.items:
+                for entry in item.index_writes:
+                    indexes[item.table].add(entry.index)
+    metrics: list[tuple[str, str, str, list[dict[str, str]], str]] = []
+    functions = [
+        *target.consumer_functions.values(),
+        *([target.cron_function] if target.cron_function else []),
+    ]
+    for function in functions:
+        metrics.append(
+            ("AWS/Lambda", "Throttles", "Sum", [{"Name": "FunctionName", "Value": function}], function)
+        )
+    metrics.append(("AWS/Lambda", "ConcurrentExecutions", "Maximum", [], "account"))
+    tables = [("meta", target.meta_table)] if target.meta_table else []
+    tables += [("shard", name) for name in target.shard_tables]
+    for role, table in tables:
+        for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+            metrics.append(("AWS/DynamoDB", metric, "Sum", [{"Name": "TableName", "Value": table}], table))
+        for index in sorted(indexes.get(role, ())):
+            dims = [
+                {"Name": "TableName", "Value": table},
+                {"Name": "GlobalSecondaryIndexName", "Value": index},
+            ]
+            metrics.append(("AWS/DynamoDB", "WriteThrottleEvents", "Sum", dims, f"{table}/{index}"))
+    for url in [*target.queue_urls.values(), *target.dlq_urls.values()]:
+        queue = queue_name_of(url)
+        dims = [{"Name": "QueueName", "Value": queue}]
+        for metric in ("ApproximateNumberOfMessagesNotVisible", "ApproximateAgeOfOldestMessage"):
+            metrics.append(("AWS/SQS", metric, "Maximum", dims, queue))
+    return [
+        {
+            "Id": f"m{number}",
+            "Label": f"{namespace.removeprefix('AWS/')} {metric} {stat} {what}",
+            "MetricStat": {
+                "Metric": {"Namespace": namespace, "MetricName": metric, "Dimensions": dims},
+                "Period": 60,
+                "Stat": stat,
+            },
+            "ReturnData": True,
+        }
+        for number, (namespace, metric, stat, dims, what) in enumerate(metrics)
+    ]
+
+
+def fetch_metrics(
+    cloudwatch: Any, queries: list[dict[str, Any]], start: datetime, end: datetime
+) -> dict[str, float]:
+    """Each query's value over the window (a Sum adds the periods up, a Maximum takes the largest),
+    by label; every page of `GetMetricData` is read, 500 queries per request."""
+    stats = {query["Id"]: query["MetricStat"]["Stat"] for query in queries}
+    labels = {query["Id"]: query["Label"] for query in queries}
+    values: dict[str, list[float]] = defaultdict(list)
+    for first in range(0, len(queries), 500):
+        token: str | None = None
+        while True:
+            request: dict[str, Any] = {
+                "MetricDataQueries": queries[first : first + 500],
+                "StartTime": start,
+                "EndTime": end,
+                "ScanBy": "TimestampAscending",
+            }
+            if token:
+                request["NextToken"] = token
+            page = cloudwatch.get_metric_data(**request)
+            for result in page.get("MetricDataResults", []):
+                values[result["Id"]].extend(float(v) for v in result.get("Values", []))
+            token = page.get("NextToken")
+            if not token:
+                break
+    return {
+        labels[key]: (sum(found) if stats[key] == "Sum" else max(found, default=0.0))
+        for key, found in ((key, values.get(key, [])) for key in labels)
+    }
 
 
 # --- the soak -----------------------------------------------------------------------------------
@@ -583,10 +751,21 @@ def run_soak(
     cron_interval_seconds: float = 8.0,
     submit_workers: int = 4,
     progress: Callable[[str], None] | None = None,
+    load: LoadPlan | None = None,
+    capacity_inputs: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> SoakReport:
-    """Run the soak against `target` and return its report (`report.ok` when every invariant is 0)."""
+    """Run the soak against `target` and return its report (`report.ok` when every invariant is 0).
+
+    With `load`, jobs are submitted paced and capped by it (`jobs` is then `load.max_jobs`), and
+    the report's `load` says why submitting stopped, the throttles seen and what the capacity model
+    (`capacity_inputs`: the stage's `aijobs_cli.capacity.stage_inputs`) predicts for that rate.
+    `clock` and `sleep` pace the submissions (injected by tests)."""
     say = progress or (lambda _line: None)
     rng = random.Random(seed ^ 0x5EED)  # noqa: S311 - reproducible, not a secret
+    if load is not None:
+        jobs = load.max_jobs
     plan = plan_jobs(jobs, users, target.kinds, target.prices, seed)
     needs: dict[int, int] = Counter()
     for job in plan:
@@ -647,10 +826,43 @@ def run_soak(
             cron["pairs_both_ran"] += 1
 
     started = time.monotonic()
+    window_start = datetime.now(UTC)
     deadline = started + timeout_seconds
     say(f"soak: {jobs} jobs, {len(people)} users, seed {seed}, against {target.label}")
     pool = ThreadPoolExecutor(max_workers=submit_workers, thread_name_prefix="soak-submit")
-    futures = [pool.submit(submit, job) for job in plan]
+    futures: list[Future[None]] = []
+    submitted_jobs: list[SoakJob] = []
+    stopped: list[str] = []
+    fed, halt = threading.Event(), threading.Event()
+
+    def feed(plan_load: LoadPlan) -> None:
+        """Submit the plan paced and capped by `plan_load`; records why it stopped."""
+        pacer = Pacer(plan_load.rate, clock, sleep) if plan_load.rate else None
+        begun = clock()
+        try:
+            for slot, job in enumerate(plan):
+                if pacer is not None:
+                    pacer.wait(slot)
+                with lock:
+                    spend = counted_spend(submitted_jobs, plan_load.cost_per_job_usd)
+                reason = "deadline" if halt.is_set() else plan_load.stop_reason(slot, spend, clock() - begun)
+                if reason is not None:
+                    stopped.append(reason)
+                    return
+                with lock:
+                    submitted_jobs.append(job)
+                    futures.append(pool.submit(submit, job))
+            stopped.append("max_jobs")
+        finally:
+            fed.set()
+
+    feeder: threading.Thread | None = None
+    if load is None:
+        futures.extend(pool.submit(submit, job) for job in plan)
+        fed.set()
+    else:
+        feeder = threading.Thread(target=feed, args=(load,), name="soak-feed", daemon=True)
+        feeder.start()
     next_cron = started + cron_interval_seconds
     next_poll = started
     last_finished = started
@@ -681,20 +893,27 @@ def run_soak(
                 if job.job_id in finished or row is None or row.status not in (SUCCEEDED, FAILED_FINAL):
                     continue
                 finished.add(job.job_id)
+                job.cost = row.cost
                 job.finished_at = last_finished = time.monotonic()
                 if job.late_copy and target.send_copy(job, dead_letter_queue=False):
                     injected["main_queue_late"] += 1
                 if job.dlq_copy and row.status == SUCCEEDED and target.send_copy(job, dead_letter_queue=True):
                     injected["dead_letter_queue"] += 1
-            submitted = sum(future.done() for future in futures)
+            with lock:
+                submitted = sum(future.done() for future in futures)
             line = f"  {len(finished)}/{len(current)} accepted jobs finished ({submitted}/{jobs} submitted)"
             if line != last_line and time.monotonic() >= next_say:
                 say(line)
                 last_line, next_say = line, time.monotonic() + 5.0
             next_poll = time.monotonic() + 2.0
-        if all(f.done() for f in futures) and len(finished) == len(accepted):
+        with lock:
+            all_done = fed.is_set() and all(f.done() for f in futures)
+        if all_done and len(finished) == len(accepted):
             break
         time.sleep(0.1)
+    halt.set()
+    if feeder is not None:
+        feeder.join()
     pool.shutdown(wait=True, cancel_futures=True)
     for future in futures:  # a submission that raised is a bug of the soak itself: say so
         error = None if future.cancelled() else future.exception()
@@ -725,6 +944,7 @@ def run_soak(
             job.missing = True
         else:
             job.status, job.attempts, job.dead_lettered = row.status, row.attempts, row.dead_lettered
+            job.cost, job.last_error_class = row.cost, row.last_error_class
     invariants: dict[str, int | None] = dict.fromkeys(INVARIANTS, 0)
 
     def violate(name: str, what: str) -> None:
@@ -812,7 +1032,67 @@ def run_soak(
         examples={name: lines for name, lines in examples.items() if lines},
         notes=list(target.notes),
     )
+    if load is not None:
+        report.load = _load_report(
+            target, load, stopped[0] if stopped else "deadline", submitted_jobs, accepted, api,
+            window_start, capacity_inputs, len(people), report.jobs_per_second,
+        )  # fmt: skip
     return report
+
+
+def _load_report(
+    target: SoakTarget,
+    load: LoadPlan,
+    stopped_by: str,
+    submitted: list[SoakJob],
+    accepted: list[SoakJob],
+    api: _Api,
+    window_start: datetime,
+    capacity_inputs: Mapping[str, Any] | None,
+    tenants: int,
+    achieved: float,
+) -> dict[str, Any]:
+    """Caps, why submitting stopped, the throttles seen, and the capacity model's prediction."""
+    classes = Counter(job.last_error_class for job in accepted if job.last_error_class)
+    # A job whose fault never fails has an error class only from the stage itself (a real throttle).
+    unexpected = Counter(
+        job.last_error_class
+        for job in accepted
+        if job.last_error_class and job.fault.name in ("plain", "slow")
+    )
+    window_end = datetime.now(UTC)
+    prediction = None
+    if capacity_inputs is not None:
+        from aijobs_cli.capacity import CapacityInputs, model
+
+        rate = load.rate or max(achieved, 0.001)
+        fields = {**capacity_inputs, "kinds": target.kinds, "tenants": tenants}
+        predicted = model(CapacityInputs(jobs_per_second=rate, **fields))
+        first = predicted.first_wall()
+        prediction = {
+            "jobs_per_second": rate,
+            "first_wall": None if first is None else {"limit": first.name, "jobs_per_second": first.wall},
+            "limits_reached": [limit.name for limit in predicted.over()],
+        }
+    return {
+        "rate_asked": load.rate,
+        "duration_asked_seconds": load.duration_seconds,
+        "max_jobs": load.max_jobs,
+        "max_spend_usd": load.max_spend_usd,
+        "cost_per_job_usd": load.cost_per_job_usd,
+        "stopped_by": stopped_by,
+        "submitted": len(submitted),
+        "spend_counted_usd": round(counted_spend(submitted, load.cost_per_job_usd), 6),
+        "spend_recorded_usd": round(sum(job.cost or 0.0 for job in accepted), 6),
+        "throttles": {
+            "api_429": api.statuses.get(429, 0),
+            "job_error_classes": dict(classes),
+            "job_error_classes_of_faultless_jobs": dict(unexpected),
+            "cloudwatch": target.metrics(window_start, window_end),
+        },
+        "window": [window_start.isoformat(), window_end.isoformat()],
+        "prediction": prediction,
+    }
 
 
 def _check_ledgers(

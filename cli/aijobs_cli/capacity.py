@@ -1,0 +1,646 @@
+"""`aijobs capacity`: which limit a job rate meets first, from the measured call profile.
+
+Pure arithmetic, like `aijobs_cli.cost`: nothing here calls AWS. What each code path calls (and
+which items, partitions and index partitions it writes) comes from the call profile
+(`aijobs_cli/call_profile.json`, measured on moto by `scripts/benchmark.py --write-profile`); this
+module only says how often each path runs per job and how the load spreads:
+
+- jobs are spread evenly over the kinds and over the tenants (or one tenant sends
+  `hot_tenant_share` of them);
+- a partition template starting with `USER#` is one tenant's (its job partition, its `CREDITS`
+  item, its `USER#..#STATUS#..` index partitions), `KIND#` and `DEADLETTER#` one kind's, the
+  `GRANT` and `TX` index partitions are shared by every tenant; the kind/status, `GRANT` and `TX`
+  index partitions are divided by the stage's `INDEX_BUCKETS` write-sharding buckets (1: unsharded);
+- the kind/status index load is every status of a kind together: an upper bound of its hottest
+  status partition (the profile names the partition a moved entry lands in, not the one it left);
+- every load is linear in the job rate (`fixed + per_job * rate`), so the rate at which a limit is
+  reached is `(ceiling - fixed) / per_job`.
+
+The limits are AWS's published defaults (per account and region unless said otherwise); several are
+adjustable quotas, marked `quota`. `design` marks the walls the key design decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aijobs.stage_config import StageConfig
+from aijobs_cli.call_profile import CallProfile, default_profile
+
+#: API Gateway HTTP API: requests per second per account and region (adjustable).
+APIGW_ACCOUNT_RPS = 10_000.0
+#: Lambda concurrent executions per account and region (adjustable).
+LAMBDA_ACCOUNT_CONCURRENCY = 1_000.0
+#: Concurrent batches one SQS event-source mapping processes (standard mode).
+ESM_MAX_BATCHES = 1_000.0
+#: In-flight messages per standard SQS queue (raised through AWS Support).
+SQS_IN_FLIGHT = 120_000.0
+#: Per partition (and per item) per second: hard DynamoDB limits.
+PARTITION_WCU = 1_000.0
+PARTITION_RCU = 3_000.0
+#: On-demand throughput per table (and per global secondary index) per second (adjustable).
+TABLE_WCU = 40_000.0
+TABLE_RCU = 40_000.0
+#: What a new on-demand table serves at once before it has seen traffic (its warm throughput).
+NEW_TABLE_WCU = 4_000.0
+#: EventBridge Scheduler invocations per second (adjustable).
+SCHEDULER_INVOCATIONS = 1_000.0
+
+Owner = Literal["design", "quota", "config", "provider"]
+
+
+class CapacityInputs(BaseModel):
+    """A sustained job rate and what the model needs about the stage and the workload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    jobs_per_second: float = Field(gt=0)
+    kinds: tuple[str, ...] = Field(min_length=1)
+    tenants: int = Field(default=1_000, ge=1)
+    #: Share of all jobs one (the busiest) tenant sends; None: every tenant sends 1 / tenants.
+    hot_tenant_share: float | None = Field(default=None, gt=0, le=1)
+    retry_rate: float = Field(default=0.05, ge=0, le=1)
+    dlq_rate: float = Field(default=0.01, ge=0, le=1)
+    failed_final_rate: float = Field(default=0.0, ge=0, le=1)
+    idempotency_rate: float = Field(default=0.0, ge=0, le=1)
+    polls_per_job: float = Field(default=3.0, ge=0)
+    #: Function time per request / per delivered message / per dead letter.
+    producer_ms: float = Field(default=60.0, ge=0)
+    consumer_seconds: float = Field(default=2.0, ge=0)
+    dlq_ms: float = Field(default=200.0, ge=0)
+    max_retries: int = Field(default=3, ge=0)
+    retry_base_delay_seconds: float = Field(default=10.0, ge=0)
+    retry_max_delay_seconds: float = Field(default=900.0, ge=0)
+    batch_window_seconds: float = Field(default=10.0, ge=0)
+    api_throttle_rate: float = Field(default=50.0, gt=0)
+    #: The mapping's MaximumConcurrency (None: no limit of the stage's own).
+    esm_max_concurrency: int | None = Field(default=None, ge=1)
+    index_buckets: int = Field(default=1, ge=1)
+    shard_count: int = Field(default=1, ge=1)
+    #: Runs per hour of each cron expression.
+    cron_runs: dict[str, float] = Field(default_factory=dict)
+    #: A provider's requests and tokens per minute, per kind (only the kinds given are checked).
+    provider_rpm: dict[str, float] = Field(default_factory=dict)
+    provider_tpm: dict[str, float] = Field(default_factory=dict)
+    tokens_per_attempt: float = Field(default=2_300.0, ge=0)
+    lambda_account_concurrency: float = Field(default=LAMBDA_ACCOUNT_CONCURRENCY, gt=0)
+    apigw_account_rps: float = Field(default=APIGW_ACCOUNT_RPS, gt=0)
+
+    @model_validator(mode="after")
+    def _rates(self) -> CapacityInputs:
+        if self.dlq_rate > self.retry_rate:
+            raise ValueError(f"dlq_rate ({self.dlq_rate}) > retry_rate ({self.retry_rate})")
+        if self.retry_rate + self.failed_final_rate > 1:
+            raise ValueError("retry_rate + failed_final_rate > 1")
+        unknown = sorted((set(self.provider_rpm) | set(self.provider_tpm)) - set(self.kinds))
+        if unknown:
+            raise ValueError(
+                f"provider quotas for kinds not in the model: {unknown} (kinds: {list(self.kinds)})"
+            )
+        return self
+
+    @property
+    def tenant_share(self) -> float:
+        """The busiest tenant's share of all jobs."""
+        return self.hot_tenant_share if self.hot_tenant_share is not None else 1 / self.tenants
+
+    @property
+    def kind_share(self) -> float:
+        return 1 / len(self.kinds)
+
+
+def stage_inputs(config: StageConfig) -> dict[str, Any]:
+    """The `CapacityInputs` fields a stage's configuration decides."""
+    from aijobs_cli.cost import cron_runs_per_hour
+
+    return {
+        "kinds": config.queue_names or ("default",),
+        "max_retries": config.max_retries,
+        "retry_base_delay_seconds": config.retry_base_delay_seconds,
+        "retry_max_delay_seconds": config.retry_max_delay_seconds,
+        "batch_window_seconds": config.batch_window_seconds,
+        "api_throttle_rate": config.api_throttle_rate,
+        "esm_max_concurrency": config.esm_max_concurrency or config.consumer_reserved_concurrency,
+        # Another change adds INDEX_BUCKETS to the stage config; until then the design is unsharded.
+        "index_buckets": int(getattr(config, "index_buckets", 1) or 1),
+        "shard_count": config.shard_count,
+        "cron_runs": {cron.text: cron_runs_per_hour(cron.text) for cron in config.crons},
+    }
+
+
+# --- how often each path runs -----------------------------------------------------------------
+
+
+def path_rates(i: CapacityInputs) -> dict[str, float]:
+    """Runs of each measured path per job (the cost model's job fates, as fractions)."""
+    recovered = i.retry_rate - i.dlq_rate
+    return {
+        "producer.submit": 1 - i.idempotency_rate,
+        "producer.submit_idempotent": i.idempotency_rate,
+        "producer.poll": i.polls_per_job,
+        "consumer.success": 1 - i.retry_rate - i.failed_final_rate,
+        "consumer.retry": recovered + i.dlq_rate * i.max_retries,
+        "consumer.success_after_retry": recovered,
+        "consumer.dead_letter": i.dlq_rate,
+        "consumer.failed_final": i.failed_final_rate,
+        "dlq.dead_letter": i.dlq_rate,
+    }
+
+
+def deliveries_per_job(i: CapacityInputs) -> float:
+    """Consumer deliveries per job: every attempt."""
+    rates = path_rates(i)
+    return sum(rates[name] for name in rates if name.startswith("consumer."))
+
+
+def retry_delay(i: CapacityInputs, attempt: int) -> float:
+    """Mean back-off after failed attempt `attempt` (1-based): equal jitter, 3/4 of the step."""
+    step = min(i.retry_max_delay_seconds, i.retry_base_delay_seconds * float(2 ** max(0, attempt - 1)))
+    return 0.75 * step
+
+
+def backoff_seconds_per_job(i: CapacityInputs) -> float:
+    """Seconds a job's message waits invisible in back-off, averaged over all jobs."""
+    recovered = (i.retry_rate - i.dlq_rate) * retry_delay(i, 1)
+    dead = i.dlq_rate * sum(retry_delay(i, attempt) for attempt in range(1, i.max_retries + 1))
+    return recovered + dead
+
+
+# --- DynamoDB load per partition, from the profile --------------------------------------------
+
+Scope = Literal["tenant", "kind", "shared", "other"]
+
+
+def partition_scope(template: str) -> Scope:
+    """Whose partition a key template is: one tenant's, one kind's, or every tenant's."""
+    head = template.split("#", 1)[0]
+    if head in ("USER", "APIKEY"):
+        return "tenant"
+    if head in ("KIND", "DEADLETTER"):
+        return "kind"
+    if head in ("GRANT", "TX"):
+        return "shared"
+    return "other"
+
+
+#: Index partitions the stage's INDEX_BUCKETS spreads over buckets.
+SHARDED_INDEX_HEADS = ("KIND", "GRANT", "TX")
+
+
+@dataclass
+class UnitLoad:
+    """Request units per job on one partition (or item) template."""
+
+    reads: float = 0.0
+    writes: float = 0.0
+
+
+@dataclass(frozen=True)
+class UnitKey:
+    table: str
+    #: "" for the table itself, else the index name.
+    index: str
+    partition: str
+    #: The item's sort-key template for single-item loads (e.g. `CREDITS`); "" for a partition.
+    item: str = ""
+
+
+def unit_loads(profile: CallProfile, rates: Mapping[str, float]) -> dict[UnitKey, UnitLoad]:
+    """DynamoDB units per job by (table, index, partition) and by single item, summed over paths."""
+    loads: dict[UnitKey, UnitLoad] = defaultdict(UnitLoad)
+    for name, per_job in rates.items():
+        if not per_job:
+            continue
+        for call in profile.path(name).calls:
+            if call.service != "dynamodb" or call.table is None:
+                continue
+            if call.operation == "Query":
+                key = UnitKey(call.table, call.index or "", call.partition or "?")
+                loads[key].reads += call.read_units * per_job
+                continue
+            for item in call.items:
+                partition = UnitKey(call.table, "", item.partition)
+                single = UnitKey(call.table, "", item.partition, item.sort)
+                if item.action == "Get":
+                    loads[partition].reads += item.units * per_job
+                    loads[single].reads += item.units * per_job
+                    continue
+                loads[partition].writes += item.units * per_job
+                loads[single].writes += item.units * per_job
+                for entry in item.index_writes:
+                    loads[UnitKey(call.table, entry.index, entry.partition)].writes += entry.units * per_job
+    return dict(loads)
+
+
+def table_loads(profile: CallProfile, rates: Mapping[str, float]) -> dict[tuple[str, str], UnitLoad]:
+    """Units per job by (table role, index or "" for the table), summed over paths."""
+    totals: dict[tuple[str, str], UnitLoad] = defaultdict(UnitLoad)
+    for name, per_job in rates.items():
+        if not per_job:
+            continue
+        for call in profile.path(name).calls:
+            if call.service != "dynamodb" or call.table is None:
+                continue
+            if call.operation == "Query":
+                totals[(call.table, call.index or "")].reads += call.read_units * per_job
+                continue
+            totals[(call.table, "")].reads += call.read_units * per_job
+            totals[(call.table, "")].writes += call.write_units * per_job
+            for item in call.items:
+                for entry in item.index_writes:
+                    totals[(call.table, entry.index)].writes += entry.units * per_job
+    return dict(totals)
+
+
+# --- limits -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: its load is `fixed + per_job * jobs_per_second` against `ceiling`."""
+
+    name: str
+    scope: str
+    owner: Owner
+    per_job: float
+    ceiling: float
+    unit: str
+    action: str
+    fixed: float = 0.0
+
+    def load(self, jobs_per_second: float) -> float:
+        return self.fixed + self.per_job * jobs_per_second
+
+    def utilisation(self, jobs_per_second: float) -> float:
+        return self.load(jobs_per_second) / self.ceiling
+
+    @property
+    def wall(self) -> float:
+        """Jobs per second at which the load reaches the ceiling (inf: never)."""
+        if self.per_job <= 0:
+            return math.inf if self.fixed < self.ceiling else 0.0
+        return max(0.0, (self.ceiling - self.fixed) / self.per_job)
+
+
+@dataclass
+class CapacityReport:
+    jobs_per_second: float
+    inputs: CapacityInputs
+    limits: list[Limit]
+    notes: list[str] = field(default_factory=list)
+
+    def ordered(self) -> list[Limit]:
+        """The limits by the job rate that reaches them, first wall first."""
+        return sorted(self.limits, key=lambda limit: (limit.wall, limit.name))
+
+    def first_wall(self, owners: tuple[Owner, ...] | None = None) -> Limit | None:
+        found = [limit for limit in self.ordered() if owners is None or limit.owner in owners]
+        return found[0] if found else None
+
+    def over(self) -> list[Limit]:
+        """Limits the rate reaches or passes (where throttling is predicted)."""
+        return [limit for limit in self.ordered() if limit.utilisation(self.jobs_per_second) >= 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        rate = self.jobs_per_second
+
+        def row(limit: Limit) -> dict[str, Any]:
+            return asdict(limit) | {
+                "load": limit.load(rate),
+                "utilisation": limit.utilisation(rate),
+                "wall_jobs_per_second": None if math.isinf(limit.wall) else limit.wall,
+            }
+
+        first, design = self.first_wall(), self.first_wall(("design",))
+        return {
+            "jobs_per_second": rate,
+            "inputs": self.inputs.model_dump(),
+            "first_wall": row(first) if first else None,
+            "first_design_wall": row(design) if design else None,
+            "over": [limit.name for limit in self.over()],
+            "limits": [row(limit) for limit in self.ordered()],
+            "notes": self.notes,
+        }
+
+
+def _scaled(loads: UnitLoad, share: float, buckets: int = 1) -> UnitLoad:
+    return UnitLoad(loads.reads * share / buckets, loads.writes * share / buckets)
+
+
+def model(inputs: CapacityInputs, profile: CallProfile | None = None) -> CapacityReport:
+    """Every limit that applies to `inputs.jobs_per_second`, with the load per job on it."""
+    i = inputs
+    profile = profile or default_profile()
+    rates = path_rates(i)
+    notes: list[str] = []
+    limits: list[Limit] = []
+    add = limits.append
+    kinds, per_kind, tenant = len(i.kinds), i.kind_share, i.tenant_share
+    tenant_scope = (
+        f"the busiest tenant ({i.hot_tenant_share:.0%} of jobs)"
+        if i.hot_tenant_share is not None
+        else f"per tenant (1 of {i.tenants:,})"
+    )
+
+    # API Gateway: every submit and every poll is a request.
+    api_per_job = 1 + i.polls_per_job
+    add(
+        Limit(
+            "API Gateway requests/s",
+            "account, per region",
+            "quota",
+            api_per_job,
+            i.apigw_account_rps,
+            "req/s",
+            "raise the HTTP API throttle quota (Service Quotas); use webhooks instead of polling",
+        )
+    )
+    add(
+        Limit(
+            "API stage throttle (API_THROTTLE_RATE)",
+            "stage",
+            "config",
+            api_per_job,
+            i.api_throttle_rate,
+            "req/s",
+            "raise API_THROTTLE_RATE / API_THROTTLE_BURST in .env.<stage> (below the account quota)",
+        )
+    )
+
+    # Lambda: concurrency = rate x duration.
+    deliveries = deliveries_per_job(i)
+    producer = api_per_job * i.producer_ms / 1000
+    consumer_per_kind = deliveries * per_kind * i.consumer_seconds
+    dlq = i.dlq_rate * i.dlq_ms / 1000
+    mapping_cap = float(min(i.esm_max_concurrency or ESM_MAX_BATCHES, ESM_MAX_BATCHES))
+    mapping_owner: Owner = "config" if i.esm_max_concurrency else "quota"
+    add(
+        Limit(
+            "Lambda concurrency, api function",
+            "function",
+            "quota",
+            producer,
+            i.lambda_account_concurrency,
+            "executions",
+            "raise the account's concurrent executions (Service Quotas)",
+        )
+    )
+    add(
+        Limit(
+            "Lambda concurrency, one kind's consumer (mapping)",
+            f"per kind (1 of {kinds})",
+            mapping_owner,
+            consumer_per_kind,
+            mapping_cap,
+            "executions",
+            "raise QUEUE_MAX_CONCURRENCY (2-1000); past 1,000 batches per mapping, split the kind "
+            "or shorten the consumer's time per message",
+        )
+    )
+    add(
+        Limit(
+            "Lambda concurrency, all functions",
+            "account, per region",
+            "quota",
+            producer + consumer_per_kind * kinds + dlq,
+            i.lambda_account_concurrency,
+            "executions",
+            "raise concurrent executions (Service Quotas; ask for the peak x 1.5)",
+        )
+    )
+
+    # SQS: messages received and not yet deleted, plus those waiting out a retry's back-off.
+    in_flight = per_kind * (
+        deliveries * (i.consumer_seconds + i.batch_window_seconds) + backoff_seconds_per_job(i)
+    )
+    add(
+        Limit(
+            "SQS in-flight messages, one kind's queue",
+            f"per kind (1 of {kinds})",
+            "quota",
+            in_flight,
+            SQS_IN_FLIGHT,
+            "messages",
+            "ask AWS Support to raise in-flight messages; shorter back-off or batch window; split the kind",
+        )
+    )
+
+    # DynamoDB partitions and items.
+    for key, load in sorted(unit_loads(profile, rates).items(), key=lambda kv: repr(kv[0])):
+        scope = partition_scope(key.partition)
+        head = key.partition.split("#", 1)[0]
+        if scope == "other":
+            continue  # the meta table's per-run items (CRONRUN#, CONFIG): a handful per minute
+        buckets = i.index_buckets if key.index and head in SHARDED_INDEX_HEADS else 1
+        share = {"tenant": tenant, "kind": per_kind, "shared": 1.0}[scope]
+        scaled = _scaled(load, share, buckets)
+        where = key.partition + (f" {key.item}" if key.item else "")
+        what = (
+            f"{key.index} partition {where}"
+            if key.index
+            else (f"item {where}" if key.item else f"partition {where}")
+        )
+        if key.index:
+            what += f" ({buckets} bucket{'s' if buckets > 1 else ''})" if head in SHARDED_INDEX_HEADS else ""
+        if key.item and key.item not in ("CREDITS",):
+            continue  # single job rows and ledger entries: each written a few times in its life
+        scope_text = {"tenant": tenant_scope, "kind": f"per kind (1 of {kinds})", "shared": "all tenants"}[
+            scope
+        ]
+        if scope == "tenant":
+            action = (
+                "a single item takes 1,000 WRU/s whatever the partition: spread the balance over "
+                "several counters, or cap one tenant's submits with a 429"
+                if key.item
+                else "DynamoDB splits a hot partition by sort key (split for heat); cap one tenant's rate"
+            )
+        elif head == "DEADLETTER":
+            action = "dead letters of one kind: only an outage writes here; split the kind"
+        elif scope == "kind":
+            action = "raise INDEX_BUCKETS (write-sharded index keys)" if key.index else "split the kind"
+        else:
+            action = "raise INDEX_BUCKETS (write-sharded index keys)"
+        if scaled.writes:
+            add(
+                Limit(
+                    f"DynamoDB writes, {what}",
+                    scope_text,
+                    "design",
+                    scaled.writes,
+                    PARTITION_WCU,
+                    "WRU/s",
+                    action,
+                )
+            )
+        if scaled.reads:
+            add(
+                Limit(
+                    f"DynamoDB reads, {what}",
+                    scope_text,
+                    "design",
+                    scaled.reads,
+                    PARTITION_RCU,
+                    "RRU/s",
+                    action,
+                )
+            )
+
+    # DynamoDB tables: jobs spread over SHARD_COUNT shard tables; every index has its own throughput.
+    for (table, index), load in sorted(table_loads(profile, rates).items()):
+        spread = i.shard_count if table == "shard" else 1
+        name = f"{table} table" + (f" index {index}" if index else "")
+        where = f"per table (1 of {spread})" if spread > 1 else "per table"
+        more = "raise the table's on-demand maximum (Service Quotas)" + (
+            ", or SHARD_COUNT" if table == "shard" else ""
+        )
+        if load.writes:
+            add(
+                Limit(
+                    f"DynamoDB writes, {name}",
+                    where,
+                    "quota",
+                    load.writes / spread,
+                    TABLE_WCU,
+                    "WRU/s",
+                    more,
+                )
+            )
+            if table == "shard" and not index:
+                add(
+                    Limit(
+                        f"DynamoDB writes, {name}, a new table's warm throughput",
+                        where,
+                        "quota",
+                        load.writes / spread,
+                        NEW_TABLE_WCU,
+                        "WRU/s",
+                        "pre-warm the tables (warm throughput) before a launch, or ramp up over 30 minutes",
+                    )
+                )
+        if load.reads:
+            add(
+                Limit(
+                    f"DynamoDB reads, {name}",
+                    where,
+                    "quota",
+                    load.reads / spread,
+                    TABLE_RCU,
+                    "RRU/s",
+                    more,
+                )
+            )
+
+    # Crons: EventBridge Scheduler invocations (fixed, not per job).
+    fires = sum(i.cron_runs.values()) / 3600
+    add(
+        Limit(
+            "EventBridge Scheduler invocations/s",
+            "account, per region",
+            "quota",
+            0.0,
+            SCHEDULER_INVOCATIONS,
+            "inv/s",
+            "raise the Scheduler invocation quota",
+            fixed=fires,
+        )
+    )
+    missing = [expression for expression in i.cron_runs if f"cron {expression}" not in profile.paths]
+    if missing:
+        notes.append(f"crons not in the call profile (their DynamoDB reads are not counted): {missing}")
+
+    # Providers: one request per attempt; tokens per attempt.
+    attempts_per_minute = deliveries * 60
+    for kind, rpm in sorted(i.provider_rpm.items()):
+        add(
+            Limit(
+                f"provider requests/min, {kind}",
+                f"per kind (1 of {kinds})",
+                "provider",
+                attempts_per_minute * per_kind,
+                rpm,
+                "req/min",
+                "ask the provider for a higher quota; QUEUE_MAX_CONCURRENCY bounds the kind's calls",
+            )
+        )
+    for kind, tpm in sorted(i.provider_tpm.items()):
+        add(
+            Limit(
+                f"provider tokens/min, {kind}",
+                f"per kind (1 of {kinds})",
+                "provider",
+                attempts_per_minute * per_kind * i.tokens_per_attempt,
+                tpm,
+                "tokens/min",
+                "ask the provider for a higher quota; fewer tokens per job",
+            )
+        )
+    notes.append(
+        "DynamoDB 'all statuses' partitions add every status of a kind together: an upper bound of the "
+        "hottest one. A tenant partition can exceed 1,000 WRU/s once DynamoDB splits it by sort key; "
+        "a single item (CREDITS) cannot."
+    )
+    return CapacityReport(i.jobs_per_second, i, limits, notes)
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "never"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:,.1f}"
+    return f"{value:.3g}"
+
+
+def rows(report: CapacityReport) -> list[tuple[str, ...]]:
+    """(limit, scope, load, ceiling, use, wall at jobs/s, owner, raise or reshape), first wall first."""
+    rate = report.jobs_per_second
+    return [
+        (
+            limit.name,
+            limit.scope,
+            f"{_number(limit.load(rate))} {limit.unit}",
+            _number(limit.ceiling),
+            f"{limit.utilisation(rate):.0%}",
+            _number(limit.wall),
+            limit.owner,
+            limit.action,
+        )
+        for limit in report.ordered()
+    ]
+
+
+def summary(report: CapacityReport) -> list[str]:
+    """The lines under the table: the first wall overall and the first of aijobs' own design."""
+    lines = []
+    first, design = report.first_wall(), report.first_wall(("design",))
+    if first is not None:
+        lines.append(
+            f"First wall: {first.name} ({first.scope}, {first.owner}) at {_number(first.wall)} jobs/s."
+        )
+    if design is not None:
+        lines.append(f"First wall of the key design: {design.name} at {_number(design.wall)} jobs/s.")
+    over = report.over()
+    if over:
+        lines.append(
+            f"At {_number(report.jobs_per_second)} jobs/s, {len(over)} limit(s) reached: throttling expected."
+        )
+    return lines
+
+
+def markdown(report: CapacityReport, top: int = 0) -> str:
+    """The table as Markdown (for a README or an issue), then the summary lines."""
+    header = ("limit", "scope", "load", "ceiling", "use", "wall at jobs/s", "owner", "raise or reshape")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows(report)[: top or None]:
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+    return "\n".join([*lines, "", *summary(report)])
