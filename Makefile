@@ -41,8 +41,17 @@ format: bootstrap
 typecheck: bootstrap
 	$(BIN)/mypy cdk cli functions layers tests scripts
 
-pytest: bootstrap
+pytest: bootstrap browser
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The console's browser tests drive Debian's `chromium`: installed here with apt when missing and
+## apt is usable (root, or CI); otherwise tests/browser skip and say what is missing.
+.PHONY: browser
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	      apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; \
+	    else echo "no chromium and no usable apt: the browser tests will skip"; fi; }
 
 ## The same tests under coverage (branch coverage about doubles the suite's time, so not in `make test`).
 coverage: bootstrap
@@ -53,7 +62,7 @@ bench: bootstrap
 	$(BIN)/python scripts/benchmark.py
 	$(BIN)/python scripts/benchmark_local.py
 
-## Fuzz the HTTP API from its OpenAPI document (schemathesis against the local stack; ~90 s).
+## Fuzz the HTTP API from its OpenAPI document (schemathesis against the local stack, three keys; ~2 min).
 ## schemathesis lives in its own venv: its dependency pins clash with the project's.
 .PHONY: fuzz
 FUZZ_VENV := .venv-fuzz

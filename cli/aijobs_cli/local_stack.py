@@ -1,7 +1,8 @@
 """The whole system on one machine: no AWS account, no Docker.
 
-- moto's server on loopback is the AWS endpoint; the stage's resources are created from the same
-  stage configuration and key schema as the CDK stack (aijobs_cli.resources);
+- moto's server on loopback, in a process of its own (aijobs_cli.moto_server), is the AWS endpoint;
+  the stage's resources are created from the same stage configuration and key schema as the CDK
+  stack (aijobs_cli.resources);
 - the HTTP API listens on localhost and hands the real producer handler API Gateway HTTP API v2
   events;
 - per queue, pollers behave like the Lambda SQS event-source mapping (aijobs_cli.esm): batch size,
@@ -15,13 +16,10 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import os
 import re
-import socket
 import sys
 import threading
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,10 +37,11 @@ from aijobs import runtime
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME, dispatch
 from aijobs.scheduled.maintenance import write_retention
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
-from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings
-from aijobs.stage_config import StageConfig
+from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
+from aijobs.stage_config import StageConfig, event_source_mappings_env
 from aijobs.store.tenants import Directory
 from aijobs_cli.esm import LambdaContext, QueueMapping
+from aijobs_cli.moto_server import MotoProcess
 from aijobs_cli.resources import StageResources, provision
 
 LOCAL_REGION = "us-east-1"
@@ -55,12 +54,8 @@ ADMIN_PREFIX = "/_local/"
 MAX_BODY_BYTES = 10 * 1024 * 1024
 # How long a client may keep the server waiting for the rest of its request (line, headers, body).
 READ_TIMEOUT_SECONDS = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+# How long the DLQ consumer waits after a sweep of the DLQs that found nothing.
+DLQ_IDLE_SECONDS = 2.0
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
@@ -298,9 +293,23 @@ class _ApiRequestHandler(BaseHTTPRequestHandler):
 
 @dataclass
 class LocalControl:
-    """ConsumerControl for the local stack: pausing flips the emulated mappings of a queue."""
+    """ConsumerControl for the local stack: pausing flips the emulated mappings of a queue; a
+    MaximumConcurrency (by queue ARN, the local mapping id) leaves the pollers above it idle."""
 
     mappings: dict[str, list[QueueMapping]] = field(default_factory=dict)
+    limits: dict[str, int | None] = field(default_factory=dict)
+
+    def max_concurrency(self, mapping_id: str) -> int | None:
+        return self.limits.get(mapping_id)
+
+    def set_max_concurrency(self, mapping_id: str, value: int) -> None:
+        self.limits[mapping_id] = value
+
+    def active(self, mapping: QueueMapping) -> bool:
+        """Whether this poller is within its queue's MaximumConcurrency (pollers are slots in order)."""
+        limit = self.limits.get(mapping.queue_arn)
+        slot = next(i for i, m in enumerate(self.mappings.get(mapping.queue_arn, [])) if m is mapping)
+        return limit is None or slot < limit
 
     def set_enabled(self, function_name: str, queue_arn: str, *, enabled: bool) -> list[str]:
         changed = []
@@ -308,6 +317,13 @@ class LocalControl:
             mapping.enabled = enabled
             changed.append(f"local:{mapping.function_name}")
         return changed
+
+    def set_mapping_enabled(self, mapping_id: str, *, enabled: bool) -> None:
+        self.set_enabled("", mapping_id, enabled=enabled)  # the local mapping id is the queue ARN
+
+    def mapping_enabled(self, mapping_id: str) -> bool | None:
+        pollers = self.mappings.get(mapping_id, [])
+        return all(m.enabled for m in pollers) if pollers else None
 
     def set_kind(self, resources: StageResources, kind: str, *, enabled: bool) -> list[str]:
         return self.set_enabled("", resources.queue_arns[kind], enabled=enabled)
@@ -327,7 +343,7 @@ class LocalStack:
     control: LocalControl = field(default_factory=LocalControl)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
-    _moto: Any = None
+    _moto: MotoProcess | None = None
     _http: ThreadingHTTPServer | None = None
     _api_handler: Callable[[dict[str, Any], Any], Any] | None = None
     # Requests are read in parallel, but the API function runs one invocation at a time: its
@@ -341,22 +357,18 @@ class LocalStack:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> LocalStack:
-        from moto.server import ThreadedMotoServer
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing left running, moto's process included
+            raise
 
-        from aijobs_cli import moto_speedups
-
-        moto_speedups.apply()
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request access log
-        moto_port = free_port()
-        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
-        self._moto.start()
-        self.endpoint_url = f"http://127.0.0.1:{moto_port}"
-        # moto keeps its state per process, not per server: start empty, whatever an earlier stack
-        # of this process left (its queues, with other attributes, would make provisioning fail).
-        # Hence also: one running local stack per process.
-        reset = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")  # noqa: S310
-        urllib.request.urlopen(reset, timeout=30).close()  # noqa: S310 - our own loopback server
+    def _start(self) -> LocalStack:
+        # moto in its own process (aijobs_cli.moto_server): a second core, and a fresh, empty
+        # moto for every stack. The functions' settings, runtime and boto3 defaults live in this
+        # process's environment: one running local stack per process.
+        self._moto = MotoProcess().start()
+        self.endpoint_url = self._moto.endpoint_url
         os.environ.update(local_environment(self.endpoint_url))
         runtime.reset_runtime()
         self.resources = provision(self.config, region=LOCAL_REGION, endpoint_url=self.endpoint_url)
@@ -378,6 +390,7 @@ class LocalStack:
             thread.join(timeout=10)
         if self._moto is not None:
             self._moto.stop()
+            self._moto = None
         runtime.reset_runtime()
 
     def __enter__(self) -> LocalStack:
@@ -403,7 +416,11 @@ class LocalStack:
             "alert_topic_arn": r.topic_arn,
             "queue_urls": r.queue_urls,
             "dlq_urls": r.dlq_urls,
+            "webhook_queue_url": r.webhook_queue_url,
+            "webhook_dlq_url": r.webhook_dlq_url,
             "demo_user": DEMO_USER,
+            "spend_daily_cap_usd": self.config.spend_daily_cap_usd,
+            "spend_time_zone": self.config.spend_time_zone,
         }
 
     # --- pieces ----------------------------------------------------------------------------------
@@ -438,6 +455,7 @@ class LocalStack:
         from api import handler as api_handler  # the producer function, as Lambda imports it
 
         self._api_handler = api_handler.handler
+        runtime.admin_service().control = self.control  # the console's pause/resume: the emulated mappings
         handler = type("ApiRequestHandler", (_ApiRequestHandler,), {"stack": self})
         self._http = _ApiServer(("127.0.0.1", self.port), handler)
         self.api_url = f"http://127.0.0.1:{self._http.server_address[1]}"
@@ -519,9 +537,11 @@ class LocalStack:
     def _start_pollers(self) -> None:
         assert self.resources is not None
         for kind in self.config.queue_names:
+            self.control.limits[self.resources.queue_arns[kind]] = self.config.esm_max_concurrency
             for index in range(self._consumer_threads()):
                 self._spawn(f"consumer-{kind}-{index}", self._consume_loop, kind, index)
         self._spawn("dlq-consumer", self._dlq_loop)
+        self._spawn("webhook-consumer", self._webhook_loop)
 
     def _consume_loop(self, kind: str, index: int) -> None:
         assert self.resources is not None
@@ -535,6 +555,21 @@ class LocalStack:
             function_name=f"aijobs-{self.config.stage}-consumer-{kind}",
             batch_size=self.config.batch_size,
             batch_window_seconds=self.config.batch_window_seconds,
+            long_poll_seconds=1,
+        )
+        self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
+        self._poll(mapping)
+
+    def _webhook_loop(self) -> None:
+        """The webhook consumer on its queue (aijobs.webhooks), like its event-source mapping."""
+        assert self.resources is not None
+        consumer = runtime.build_webhook_consumer(WebhookSettings.from_env(self.resources.webhook_env()))
+        mapping = QueueMapping(
+            sqs=boto3.session.Session().client("sqs"),  # one session per thread
+            queue_url=self.resources.webhook_queue_url,
+            queue_arn=self.resources.webhook_queue_arn,
+            handler=consumer.handle,
+            function_name=f"aijobs-{self.config.stage}-webhook-consumer",
             long_poll_seconds=1,
         )
         self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
@@ -557,11 +592,13 @@ class LocalStack:
         while not self._stop.is_set():
             received = sum(self._safe_poll(mapping) for mapping in mappings)
             if not received:
-                self._stop.wait(0.5)
+                # Each idle sweep is one request per DLQ, and moto serves every request (at 0.5 s,
+                # the DLQs alone were about a third of moto's requests under load).
+                self._stop.wait(DLQ_IDLE_SECONDS)
 
     def _poll(self, mapping: QueueMapping) -> None:
         while not self._stop.is_set():
-            if not mapping.enabled:
+            if not mapping.enabled or not self.control.active(mapping):
                 self._stop.wait(0.5)
                 continue
             if not self._safe_poll(mapping):
@@ -583,7 +620,11 @@ class LocalStack:
     def fire_cron(self, expression: str, scheduled: datetime | None = None) -> dict[str, Any]:
         """Invoke the cron dispatcher with a schedule payload, as EventBridge Scheduler does."""
         assert self.resources is not None
-        ctx = runtime.build_cron_context(CronSettings.from_env(self.resources.cron_env()))
+        # The emulated mappings (their ids are the queue ARNs) stand in for Lambda's.
+        mappings = event_source_mappings_env(self.config, self.resources.queue_arns)
+        env = {**self.resources.cron_env(), **mappings}
+        ctx = runtime.build_cron_context(CronSettings.from_env(env))
+        ctx.control = self.control  # type: ignore[assignment]
         moment = (scheduled or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
         return dispatch({PAYLOAD_CRON: expression, PAYLOAD_SCHEDULED_TIME: moment}, ctx, SCHEDULED_HANDLERS)
 

@@ -18,7 +18,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,10 +30,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Column, Table
 
-from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import JobStatus
 from aijobs.errors import AijobsError
 from aijobs.stage_config import ConfigError
+from aijobs.store.dead_letter_records import list_dead_letters
+from aijobs.store.spend import SpendRecords
 from aijobs_cli.target import ApiResponse, Target, TargetError
 
 app = typer.Typer(help="aijobs: asynchronous AI jobs on AWS, locally or deployed.", no_args_is_help=True)
@@ -41,9 +43,17 @@ keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
 credits_app = typer.Typer(help="Credits.", no_args_is_help=True)
 cron_app = typer.Typer(help="Scheduled jobs.", no_args_is_help=True)
 config_app = typer.Typer(help="Dynamic configuration in the meta table.", no_args_is_help=True)
+tenants_app = typer.Typer(help="Per-tenant limits (operators).", no_args_is_help=True)
+webhooks_app = typer.Typer(help="Signed webhooks: tenants' signing secrets.", no_args_is_help=True)
+spend_app = typer.Typer(
+    help="The daily model-spend brake (operators): today's spend, caps, release.", invoke_without_command=True
+)
 for sub, name in (
     (dlq_app, "dlq"),
     (keys_app, "keys"),
+    (tenants_app, "tenants"),
+    (webhooks_app, "webhooks"),
+    (spend_app, "spend"),
     (credits_app, "credits"),
     (cron_app, "cron"),
     (config_app, "config"),
@@ -429,15 +439,51 @@ def _wait(target: Target, job_id: str, timeout: float) -> Any:
 
 @app.command()
 def status(
-    job_id: str,
+    job_id: Annotated[str | None, typer.Argument(help="a job id; without one: the consumers")] = None,
     info_file: InfoFile = None,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
     as_json: AsJson = False,
 ) -> None:
-    """Show one of your jobs (a workflow's phase and progress; a part's parent)."""
+    """Show one of your jobs (a workflow's phase and progress; a part's parent); without JOB_ID,
+    each kind's consumer concurrency (adaptive, on 429s) with its last changes (operators)."""
+    if job_id is None:
+        _consumers_status(_target(info_file, stack=stack, profile=profile, region=region), as_json)
+        return
     target = _target(info_file, api_url, api_key)
     _emit(_api(target, "GET", _job_path(job_id)), as_json, _render_job)
+
+
+def _consumers_status(target: Target, as_json: bool) -> None:
+    from aijobs.store.flow import FlowRecords
+
+    records = FlowRecords(target.directory().meta)
+    data = {"consumers": {kind: records.state(kind).as_dict() for kind in target.queue_urls}}
+
+    def render(data: Any) -> None:
+        table = Table("kind", "max concurrency", "last change", "reason")
+        for kind, state in data["consumers"].items():
+            value = state["maxConcurrency"]
+            table.add_row(
+                kind,
+                "not limited" if value is None else str(value),
+                state["changedAt"] or "",
+                escape(state["reason"]),
+            )
+        out.print(table)
+        for kind, state in data["consumers"].items():
+            for change in state["history"]:
+                out.print(
+                    f"{kind}: {change['at']} {change['action']} {change['from']} -> {change['value']}: "
+                    f"{change['reason']}",
+                    markup=False,
+                    highlight=False,
+                )
+
+    _emit(data, as_json, render)
 
 
 @app.command()
@@ -725,7 +771,10 @@ def resume(
 @keys_app.command("create")
 def keys_create(
     user: str,
-    admin: Annotated[bool, typer.Option(help="give the key the admin role")] = False,
+    operator: Annotated[
+        bool, typer.Option("--operator", help="an operator key: the /admin routes and the console")
+    ] = False,
+    admin: Annotated[bool, typer.Option("--admin", hidden=True, help="the old name of --operator")] = False,
     label: Annotated[str, typer.Option()] = "",
     info_file: InfoFile = None,
     stack: Stack = None,
@@ -735,8 +784,281 @@ def keys_create(
 ) -> None:
     """Create an API key for a user (creating the user). The key is shown once."""
     target = _target(info_file, stack=stack, profile=profile, region=region)
-    key = target.directory().create_api_key(user, role="admin" if admin else "user", label=label)
+    role = "operator" if operator or admin else "user"
+    key = target.directory().create_api_key(user, role=role, label=label)
     _emit({"userId": user, "apiKey": key}, as_json, lambda r: out.print(f"{r['apiKey']}  (user {user})"))
+
+
+@webhooks_app.command("secret")
+def webhooks_secret(
+    user: Annotated[str, typer.Option("--user", help="the tenant (user id)")],
+    rotate: Annotated[
+        bool, typer.Option("--rotate", help="create or rotate it (the old one signs for 24 hours more)")
+    ] = False,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """A tenant's webhook signing secret: whether it exists, or (--rotate) a new one, shown once."""
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    if target.directory().shard_for(user) is None:
+        raise _fail(f"no tenant {user!r}: create it with `aijobs keys create {user}`")
+    secrets = target.webhook_secrets()
+    if rotate:
+        issued = secrets.rotate(user)
+        data: dict[str, Any] = {
+            "userId": user,
+            "secret": issued.secret,
+            "createdAt": issued.created_at.isoformat(),
+            "previousExpiresAt": _iso(issued.previous_expires_at),
+        }
+        _emit(data, as_json, lambda r: out.print(f"{r['secret']}  (shown once; user {user})"))
+        return
+    status = secrets.status(user)
+    shown = {
+        "userId": user,
+        "exists": status.exists,
+        "createdAt": _iso(status.created_at),
+        "previousExpiresAt": _iso(status.previous_expires_at),
+    }
+    _emit(
+        shown,
+        as_json,
+        lambda r: out.print(
+            f"user {user}: secret created {r['createdAt']}" if r["exists"] else f"user {user}: no secret yet"
+        ),
+    )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+@tenants_app.command("limit")
+def tenants_limit(
+    user: str,
+    max_running: Annotated[
+        int | None,
+        typer.Option(min=0, help="this tenant's jobs running at once, per kind (0: no cap)"),
+    ] = None,
+    default: Annotated[
+        bool, typer.Option("--default", help="back to the stage's TENANT_MAX_RUNNING")
+    ] = False,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Set a tenant's own running cap per kind (takes effect within a minute in every consumer)."""
+    if (max_running is None) == (not default):
+        raise _fail("give exactly one of --max-running N or --default", 2)
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    try:
+        target.directory().set_max_running(user, None if default else max_running)
+    except KeyError:
+        raise _fail(f"no such user: {user}") from None
+    result = {"userId": user, "maxRunning": None if default else max_running}
+    _emit(
+        result,
+        as_json,
+        lambda r: out.print(
+            f"{user}: max running per kind: "
+            + ("the stage default" if r["maxRunning"] is None else str(r["maxRunning"] or "no cap"))
+        ),
+    )
+
+
+# --- spend brake ---------------------------------------------------------------------------------
+
+
+def _spend_now() -> datetime:
+    """The moment that picks the spend day (tests move it)."""
+    return datetime.now(UTC)
+
+
+SpendTenant = Annotated[str | None, typer.Option("--tenant", help="a tenant (user id) instead of the stage")]
+
+
+def _spend_target(
+    info_file: Path | None, stack: str | None, profile: str | None, region: str | None
+) -> tuple[Target, SpendRecords, tzinfo]:
+    """The stage, its spend items and its time zone; a clear refusal on a stage without a brake."""
+    from aijobs.spend import time_zone
+
+    target = _target(info_file, stack=stack, profile=profile, region=region)
+    try:
+        return target, target.spend_records(), time_zone(target.spend_time_zone)
+    except (TargetError, ValueError) as error:
+        raise _fail(str(error)) from None
+
+
+def _usd(text: str) -> Decimal:
+    """An amount from the command line: a plain non-negative number of dollars."""
+    try:
+        amount = Decimal(text.strip())
+    except InvalidOperation:
+        raise _fail(f"--usd {text!r} is not an amount in USD (e.g. 250 or 12.5)", 2) from None
+    if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6:  # type: ignore[operator]
+        raise _fail(f"--usd {text!r} must be an amount of 0 or more, with at most 6 decimals", 2)
+    return amount
+
+
+def _known_tenant(target: Target, user: str) -> None:
+    if target.directory().profile(user) is None:
+        raise _fail(f"no such user: {user}")
+
+
+def spend_report(
+    target: Target, records: SpendRecords, zone: tzinfo, day: str | None = None
+) -> dict[str, Any]:
+    """The day's spend against its caps: the stage's and every tenant with its own cap."""
+    from aijobs.spend import day_of, resets_at
+    from aijobs.store.spend import usd
+
+    now = _spend_now()
+    day = day or day_of(now, zone)
+    state = records.day_state(day)
+    configured = usd(target.spend_cap_usd)
+    cap = state.cap_usd if state.cap_usd is not None else configured
+    directory = target.directory()
+    tenants = []
+    for user, tenant_cap in sorted(records.capped_tenants().items()):
+        shard = directory.shard_for(user)
+        spent = records.tenant_spend(shard, user, day) if shard is not None else Decimal(0)
+        released = user in state.released_tenants
+        tenants.append(
+            {
+                "userId": user,
+                "spentUsd": str(spent),
+                "capUsd": str(tenant_cap),
+                "released": released,
+                "held": spent >= tenant_cap and not released,
+            }
+        )
+    return {
+        "day": day,
+        "timeZone": str(zone),
+        "resetsAt": resets_at(now, zone).isoformat() if day == day_of(now, zone) else None,
+        "stage": {
+            "spentUsd": str(state.stage_usd),
+            "capUsd": str(cap),
+            "configuredCapUsd": str(configured),
+            "capSetForTheDay": state.cap_usd is not None,
+            "released": state.released,
+            "held": state.stage_usd >= cap and not state.released,
+        },
+        "tenants": tenants,
+    }
+
+
+def _render_spend(data: Mapping[str, Any]) -> None:
+    stage = data["stage"]
+    out.print(
+        f"day {data['day']} ({data['timeZone']})"
+        + (f", resets at {data['resetsAt']}" if data["resetsAt"] else "")
+    )
+    table = Table("who", "spent (USD)", "cap (USD)", "state")
+
+    def state(row: Mapping[str, Any]) -> str:
+        return "released" if row["released"] else "HELD: jobs wait" if row["held"] else "running"
+
+    cap = stage["capUsd"] + (" (set for the day)" if stage["capSetForTheDay"] else "")
+    table.add_row("stage", stage["spentUsd"], cap, state(stage))
+    for tenant in data["tenants"]:
+        table.add_row(escape(tenant["userId"]), tenant["spentUsd"], tenant["capUsd"], state(tenant))
+    out.print(table)
+
+
+@spend_app.callback()
+def spend_show(
+    ctx: typer.Context,
+    day: Annotated[
+        datetime | None, typer.Option(formats=["%Y-%m-%d"], help="another day (YYYY-MM-DD), kept 35 days")
+    ] = None,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Today's model spend against the stage's cap and each capped tenant's (`cap`, `release`
+    change them)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    target, records, zone = _spend_target(info_file, stack, profile, region)
+    report = spend_report(target, records, zone, day.date().isoformat() if day else None)
+    _emit(report, as_json, _render_spend)
+
+
+@spend_app.command("cap")
+def spend_cap(
+    usd: Annotated[str | None, typer.Option("--usd", help="the cap in USD (0: nothing more runs)")] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="the stage: back to SPEND_DAILY_CAP_USD; a tenant: no own cap")
+    ] = False,
+    tenant: SpendTenant = None,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Set the stage's cap for the rest of today (SPEND_DAILY_CAP_USD again tomorrow), or a
+    tenant's own daily cap (`--tenant`, kept until cleared). A new cap ends a release."""
+    from aijobs.spend import day_of
+
+    if (usd is None) == (not clear):
+        raise _fail("give exactly one of --usd N or --clear", 2)
+    amount = _usd(usd) if usd is not None else None
+    target, records, zone = _spend_target(info_file, stack, profile, region)
+    now = _spend_now()
+    day = day_of(now, zone)
+    if tenant is not None:
+        try:
+            records.set_tenant_cap(tenant, amount, day)
+        except KeyError:
+            raise _fail(f"no such user: {tenant}") from None
+        result: dict[str, Any] = {"userId": tenant, "capUsd": None if amount is None else str(amount)}
+        text = f"{tenant}: daily spend cap " + ("cleared" if amount is None else f"{amount} USD")
+    else:
+        records.set_day_cap(day, amount, now)
+        cap = amount if amount is not None else target.spend_cap_usd
+        result = {"day": day, "capUsd": str(cap), "setForTheDay": amount is not None}
+        text = f"stage cap for {day} ({zone}): {cap} USD" + (
+            f"; SPEND_DAILY_CAP_USD={target.spend_cap_usd} again from midnight" if amount is not None else ""
+        )
+    _emit(result, as_json, lambda _r: out.print(text, markup=False, highlight=False))
+
+
+@spend_app.command("release")
+def spend_release(
+    tenant: SpendTenant = None,
+    info_file: InfoFile = None,
+    stack: Stack = None,
+    profile: Profile = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Release the held jobs: lift the stage's brake (or one tenant's) until midnight or a new cap.
+    Held jobs start within about 90 s."""
+    from aijobs.spend import day_of
+
+    target, records, zone = _spend_target(info_file, stack, profile, region)
+    if tenant is not None:
+        _known_tenant(target, tenant)
+    now = _spend_now()
+    day = day_of(now, zone)
+    records.release(day, now, tenant)
+    result = {"day": day, "released": tenant or "stage"}
+    who = f"tenant {tenant}" if tenant else "the stage"
+    _emit(
+        result,
+        as_json,
+        lambda _r: out.print(f"{who}: released for {day} ({zone})", markup=False, highlight=False),
+    )
 
 
 @credits_app.command("grant")
@@ -852,8 +1174,25 @@ def cost(
     jobs: Annotated[int, typer.Option(min=1, help="jobs per month")] = 20_000,
     retry_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of jobs retried once")] = 0.05,
     dlq_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of jobs dead-lettered")] = 0.01,
-    batch_size: Annotated[int, typer.Option(min=1, max=10_000)] = 5,
+    failed_final_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="share of jobs failing for good on the first attempt")
+    ] = 0.0,
+    idempotency_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="share of submits with an Idempotency-Key")
+    ] = 0.0,
+    batch_size: Annotated[int | None, typer.Option(min=1, max=10_000, help="default: the stage's")] = None,
     message_kb: Annotated[float, typer.Option(min=0.001)] = 1.0,
+    job_row_kb: Annotated[
+        float | None,
+        typer.Option(min=0.001, max=400, help="job row size (inline input); default: as measured"),
+    ] = None,
+    stage: Annotated[
+        str | None,
+        typer.Option(help="take CRONS, SHARD_COUNT, QUEUE_NAMES, MAX_RETRIES from .env.<stage> [dev]"),
+    ] = None,
+    call_profile: Annotated[
+        Path | None, typer.Option(help="a call profile JSON (default: the measured call_profile.json)")
+    ] = None,
     prices: Annotated[Path | None, typer.Option(help="a JSON price table (see --dump-prices)")] = None,
     dump_prices: Annotated[bool, typer.Option(help="print the default price table as JSON")] = False,
     model: Annotated[
@@ -871,30 +1210,53 @@ def cost(
 ) -> None:
     """Estimate the monthly AWS cost of a workload, next to Cloudflare Queues' operation count.
 
-    With `--model` the model's own spend is priced from the same table the consumers use for the
-    `cost` of every job (`aijobs/model_prices.json`)."""
+    Each code path's AWS calls come from the measured call profile (cli/aijobs_cli/call_profile.json);
+    cron runs per hour, shards, kinds and retries from the stage's `.env.<stage>`. Prints the monthly
+    total by service, the AWS cost per 1M jobs and, with `--model-usage`, what every model of every
+    provider in the model price table would cost per 1M jobs. With `--model` the model's own spend
+    is a line of its own, priced from the same table the consumers use (`aijobs/model_prices.json`)."""
     from pydantic import ValidationError
 
-    from aijobs_cli.cost import DEFAULT_PRICES, PriceTable, Workload, estimate, render_text, to_dict
+    from aijobs_cli.call_profile import CallProfile
+    from aijobs_cli.cost import (
+        DEFAULT_PRICES,
+        PriceTable,
+        Workload,
+        estimate,
+        render_text,
+        stage_workload,
+        to_dict,
+    )
 
     if dump_prices:
         out.print(DEFAULT_PRICES.to_json())
         return
     try:
+        from aijobs_cdk import REPO_ROOT
+        from aijobs_cdk.stage import load_stage_config
+
+        name = stage or ("dev" if (REPO_ROOT / ".env.dev").is_file() else None)
+        from_stage = stage_workload(load_stage_config(name)) if name else {}
+        if batch_size is not None:
+            from_stage["batch_size"] = batch_size
         table = PriceTable.from_json(prices) if prices else DEFAULT_PRICES
         workload = Workload(
             jobs_per_month=jobs,
             retry_rate=retry_rate,
             dlq_rate=dlq_rate,
-            batch_size=batch_size,
+            failed_final_rate=failed_final_rate,
+            idempotency_key_rate=idempotency_rate,
             message_kb=message_kb,
+            job_row_kb=job_row_kb,
             model=model,
             model_provider=model_provider,
             model_usage_per_job=_usage_pairs(model_usage or []),
+            **from_stage,
         )
-        result = estimate(workload, table)
-    except (ValidationError, OSError, ValueError) as error:
-        raise _fail(str(error)) from None
+        profile = CallProfile.from_json(call_profile) if call_profile else None
+        result = estimate(workload, table, profile=profile)
+    except (ValidationError, OSError, ValueError, KeyError) as error:
+        raise _fail(str(error).strip('"')) from None
     if as_json:
         out.print_json(json.dumps(to_dict(result), default=str))
     else:
@@ -912,6 +1274,118 @@ def _usage_pairs(pairs: list[str]) -> dict[str, float]:
         if not sep or not unit.strip():
             raise _fail(f"--model-usage {pair!r} must be UNIT=NUMBER")
     return usage
+
+
+def _kind_numbers(pairs: list[str], option: str) -> dict[str, float]:
+    numbers: dict[str, float] = {}
+    for pair in pairs:
+        kind, sep, amount = pair.partition("=")
+        try:
+            numbers[kind.strip()] = float(amount)
+        except ValueError:
+            raise _fail(f"{option} {pair!r} must be KIND=NUMBER") from None
+        if not sep or not kind.strip() or numbers[kind.strip()] <= 0:
+            raise _fail(f"{option} {pair!r} must be KIND=NUMBER, the number above 0")
+    return numbers
+
+
+@app.command()
+def capacity(
+    jobs_per_second: Annotated[float, typer.Option(min=0.001, help="sustained jobs per second, all kinds")],
+    kinds: Annotated[
+        list[str] | None, typer.Option("--kinds", help="job kinds (repeatable); default: the stage's")
+    ] = None,
+    tenants: Annotated[int, typer.Option(min=1, help="tenants the jobs spread over")] = 1000,
+    hot_tenant_share: Annotated[
+        float | None, typer.Option(min=0.0001, max=1.0, help="share of all jobs from the busiest tenant")
+    ] = None,
+    stage: Annotated[str, typer.Option(help="read .env.<stage> (kinds, crons, throttles, buckets)")] = "dev",
+    producer_ms: Annotated[float, typer.Option(min=0, help="api function time per request")] = 60.0,
+    consumer_seconds: Annotated[
+        float, typer.Option(min=0, help="consumer time per delivered message (mostly the model)")
+    ] = 2.0,
+    retry_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.05,
+    dlq_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.01,
+    failed_final_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
+    idempotency_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
+    polls_per_job: Annotated[float, typer.Option(min=0.0, help="GET /jobs/{id} per job")] = 3.0,
+    index_buckets: Annotated[
+        int | None, typer.Option(min=1, help="index write-sharding buckets (default: INDEX_BUCKETS)")
+    ] = None,
+    provider_rpm: Annotated[
+        list[str] | None, typer.Option(help="a kind's provider requests/minute quota, KIND=N (repeatable)")
+    ] = None,
+    provider_tpm: Annotated[
+        list[str] | None, typer.Option(help="a kind's provider tokens/minute quota, KIND=N (repeatable)")
+    ] = None,
+    tokens_per_attempt: Annotated[float, typer.Option(min=0, help="tokens one attempt uses")] = 2300.0,
+    lambda_concurrency: Annotated[
+        float, typer.Option(min=1, help="the account's Lambda concurrent executions quota")
+    ] = 1000.0,
+    api_account_rps: Annotated[
+        float, typer.Option(min=1, help="the account's HTTP API requests/s quota")
+    ] = 10000.0,
+    call_profile: Annotated[
+        Path | None, typer.Option(help="a call profile JSON (default: the measured call_profile.json)")
+    ] = None,
+    top: Annotated[int, typer.Option(min=0, help="show only the first N limits (0: all)")] = 0,
+    as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Which limit a job rate reaches first: API Gateway, Lambda, SQS, DynamoDB partitions and
+    tables, Scheduler, providers. Loads come from the measured call profile and the stage's config;
+    prints each limit's load, ceiling and the jobs/s at which it is reached, first wall first."""
+    from pydantic import ValidationError
+
+    from aijobs_cli.call_profile import CallProfile
+    from aijobs_cli.capacity import CapacityInputs, markdown, model, rows, stage_inputs, summary
+
+    try:
+        from aijobs_cdk.stage import load_stage_config
+
+        fields = stage_inputs(load_stage_config(stage))
+        if kinds:
+            fields["kinds"] = tuple(kinds)
+        if index_buckets is not None:
+            fields["index_buckets"] = index_buckets
+        inputs = CapacityInputs(
+            jobs_per_second=jobs_per_second,
+            tenants=tenants,
+            hot_tenant_share=hot_tenant_share,
+            producer_ms=producer_ms,
+            consumer_seconds=consumer_seconds,
+            retry_rate=retry_rate,
+            dlq_rate=dlq_rate,
+            failed_final_rate=failed_final_rate,
+            idempotency_rate=idempotency_rate,
+            polls_per_job=polls_per_job,
+            provider_rpm=_kind_numbers(provider_rpm or [], "--provider-rpm"),
+            provider_tpm=_kind_numbers(provider_tpm or [], "--provider-tpm"),
+            tokens_per_attempt=tokens_per_attempt,
+            lambda_account_concurrency=lambda_concurrency,
+            apigw_account_rps=api_account_rps,
+            **fields,
+        )
+        profile = CallProfile.from_json(call_profile) if call_profile else None
+        report = model(inputs, profile)
+    except (ValidationError, OSError, ValueError, KeyError) as error:
+        raise _fail(str(error).strip('"')) from None
+    if as_json:
+        out.print_json(json.dumps(report.to_dict(), default=str))
+        return
+    if as_markdown:
+        out.print(markdown(report, top), markup=False, highlight=False)
+        return
+    table = Table(
+        "limit", "scope", "load", "ceiling", "use", Column("wall at jobs/s", justify="right"), "owner",
+        Column("raise or reshape", overflow="fold"),
+        title=f"{jobs_per_second:,g} jobs/s, {len(inputs.kinds)} kinds, stage {stage}",
+    )  # fmt: skip
+    for row in rows(report)[: top or None]:
+        table.add_row(*(escape(cell) for cell in row))
+    out.print(table)
+    for line in [*summary(report), *report.notes]:
+        out.print(line, markup=False, highlight=False)
 
 
 # --- sam local invoke ----------------------------------------------------------------------------
@@ -1239,6 +1713,22 @@ def soak(
         float, typer.Option(min=10, help="seconds before unfinished jobs count as lost")
     ] = 900.0,
     verbose: Annotated[bool, typer.Option(help="show the functions' warnings and errors")] = False,
+    rate: Annotated[
+        float | None, typer.Option(min=0.01, help="submit at this many jobs/s (a paced load test)")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(min=1, help="stop submitting after this many seconds")
+    ] = None,
+    max_jobs: Annotated[
+        int | None, typer.Option(min=1, max=1_000_000, help="hard cap on jobs submitted (replaces --jobs)")
+    ] = None,
+    max_spend_usd: Annotated[
+        float | None, typer.Option(min=0, help="hard cap on model spend, USD (see --cost-per-job-usd)")
+    ] = None,
+    cost_per_job_usd: Annotated[
+        float, typer.Option(min=0, help="upper bound of one job's model spend, counted per job submitted")
+    ] = 0.5,
+    submit_workers: Annotated[int, typer.Option(min=1, max=256, help="concurrent submitting clients")] = 4,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
     stack: Stack = None,
@@ -1250,36 +1740,67 @@ def soak(
     an invariant report. Exits 1 when any invariant is not 0.
 
     By default it starts its own local stack (stage `local`). With --api-url/--api-key it soaks a
-    deployed stage (add --stack for copies, cron fires, ledger and DLQ checks; not verified here).
+    deployed stage (add --stack for copies, cron fires, ledger and DLQ checks, and CloudWatch's
+    throttle metrics; not verified here): a deployed soak needs --max-jobs and --max-spend-usd.
+    With --rate (and --duration) it is a paced load test whose report adds the throttles seen and
+    the capacity model's prediction for that rate.
     """
     from aijobs.observability import logger
-    from aijobs_cli.soak import INVARIANTS, DeployedSoakTarget, LocalSoakTarget, SoakTarget, run_soak
+    from aijobs_cli.capacity import stage_inputs
+    from aijobs_cli.soak import (
+        INVARIANTS,
+        DeployedSoakTarget,
+        LoadPlan,
+        LocalSoakTarget,
+        SoakReport,
+        SoakTarget,
+        run_soak,
+    )
 
     if not verbose:
         logger.setLevel("CRITICAL")
+    deployed = bool(api_url or stack)
+    if deployed and (not api_url or not api_key):
+        raise _fail("a deployed soak needs --api-url and --api-key (and --stack for AWS access)")
+    if deployed and (max_jobs is None or max_spend_usd is None):
+        raise _fail("a deployed soak needs both hard caps: --max-jobs N and --max-spend-usd USD")
+    load = None
+    if deployed or any(value is not None for value in (rate, duration, max_jobs, max_spend_usd)):
+        load = LoadPlan(
+            max_jobs=max_jobs or jobs,
+            max_spend_usd=max_spend_usd,
+            cost_per_job_usd=cost_per_job_usd,
+            rate=rate,
+            duration_seconds=duration,
+        )
+
+    def go(target: SoakTarget, users: int, inputs: dict[str, Any]) -> SoakReport:
+        return run_soak(
+            target, jobs=jobs, users=users, seed=seed, timeout_seconds=timeout, progress=err.print,
+            load=load, submit_workers=submit_workers, capacity_inputs=inputs,
+        )  # fmt: skip
+
     target: SoakTarget
-    if api_url or stack:
-        if not api_url or not api_key:
-            raise _fail("a deployed soak needs --api-url and --api-key (and --stack for AWS access)")
+    if api_url and api_key:  # deployed (checked above)
         aws_target = _target(None, api_url, api_key, stack, profile, region) if stack else None
         max_retries = 3
+        inputs: dict[str, Any] = {}
         try:
             from aijobs_cdk.stage import load_stage_config
 
             if aws_target is not None:
-                max_retries = load_stage_config(aws_target.stage).max_retries
+                config = load_stage_config(aws_target.stage)
+                max_retries, inputs = config.max_retries, stage_inputs(config)
         except ConfigError:
             pass  # no local copy of that stage's configuration: the default budget
         try:
             target = DeployedSoakTarget(api_url, api_key, aws_target, max_retries)
         except TargetError as error:
             raise _fail(str(error)) from None
-        report = run_soak(target, jobs=jobs, users=1, seed=seed, timeout_seconds=timeout, progress=err.print)
+        report = go(target, 1, inputs)
     else:
         with LocalSoakTarget() as local:
-            report = run_soak(
-                local, jobs=jobs, users=users, seed=seed, timeout_seconds=timeout, progress=err.print
-            )
+            report = go(local, users, stage_inputs(local.config))
     if as_json:
         out.print_json(json.dumps(report.to_dict(), default=str))
     else:
@@ -1303,6 +1824,9 @@ def soak(
                 out.print(f"  {line}", markup=False, highlight=False)
         for note in report.notes:
             out.print(f"[yellow]note:[/yellow] {note}")
+        if report.load is not None:
+            out.print("[bold]load[/bold]")
+            out.print_json(json.dumps(report.load, default=str))
     if not report.ok:
         raise typer.Exit(1)
 

@@ -13,11 +13,13 @@ from typing import Any
 
 import boto3
 
-from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings
+from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
 from aijobs.stage_config import (
     DLQ_SUFFIX,
+    WEBHOOK_QUEUE,
     StageConfig,
     dead_letter_queues_env,
+    event_source_mappings_env,
     queue_name_of,
     queue_resource_name,
     resource_prefix,
@@ -37,6 +39,10 @@ class StageResources:
     queue_arns: dict[str, str] = field(default_factory=dict)
     dlq_urls: dict[str, str] = field(default_factory=dict)
     dlq_arns: dict[str, str] = field(default_factory=dict)
+    # Webhook deliveries (aijobs.webhooks): their queue and its DLQ.
+    webhook_queue_url: str = ""
+    webhook_queue_arn: str = ""
+    webhook_dlq_url: str = ""
 
     def _common_env(self) -> dict[str, str]:
         return {
@@ -45,6 +51,8 @@ class StageResources:
             "POWERTOOLS_METRICS_NAMESPACE": "aijobs",
             "META_TABLE_NAME": self.meta_table,
             "SHARD_TABLE_NAMES": ",".join(self.shard_tables),
+            # Every function that finishes jobs queues their webhooks.
+            "WEBHOOK_QUEUE_URL": self.webhook_queue_url,
         }
 
     def _queue_env(self) -> dict[str, str]:
@@ -63,6 +71,8 @@ class StageResources:
             **self._queue_env(),
             "BUCKET_NAME": self.bucket,
             **self.config.api_settings_env(),
+            # The console's pause/resume: the local stack's control takes queue ARNs as mapping ids.
+            "CONSUMER_MAPPINGS": ";".join(f"{kind}={arn}" for kind, arn in self.queue_arns.items()),
         }
         ApiSettings.from_env(env)
         return env
@@ -92,12 +102,23 @@ class StageResources:
         DlqSettings.from_env(env)
         return env
 
+    def webhook_env(self) -> dict[str, str]:
+        env = {
+            **self._common_env(),
+            "WEBHOOK_DLQ_URL": self.webhook_dlq_url,
+            **self.config.webhook_settings_env(),
+        }
+        WebhookSettings.from_env(env)
+        return env
+
     def cron_env(self) -> dict[str, str]:
         env = {
             **self._common_env(),
             **self._queue_env(),
             "ALERT_TOPIC_ARN": self.topic_arn,
             **self.config.cron_settings_env(),
+            # No Lambda mappings on moto: the local stack adds its own (see LocalStack.fire_cron).
+            **event_source_mappings_env(self.config, {}),
         }
         CronSettings.from_env(env)
         return env
@@ -151,7 +172,33 @@ def provision(
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         resources.queue_urls[kind], resources.queue_arns[kind] = url, arn
         resources.dlq_urls[kind], resources.dlq_arns[kind] = dlq_url, dlq_arn
+    _provision_webhook_queue(sqs, config, resources)
     return resources
+
+
+def _provision_webhook_queue(sqs: Any, config: StageConfig, resources: StageResources) -> None:
+    """The webhook delivery queue and its DLQ (the consumer moves a given-up delivery there itself;
+    SQS's redrive is the safety net for receives that never reach its code)."""
+    name = queue_resource_name(config.stage, WEBHOOK_QUEUE)
+    dlq_url = sqs.create_queue(
+        QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": str(6 * config.webhook_consumer_timeout_seconds),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(config.webhook_max_receive_count)}
+            ),
+        },
+    )["QueueUrl"]
+    resources.webhook_queue_url, resources.webhook_dlq_url = url, dlq_url
+    resources.webhook_queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
 
 
 def _create_table(dynamodb: Any, name: str, indexes: dict[str, tuple[str, str]], existing: set[str]) -> None:

@@ -283,6 +283,8 @@ def from_local_info(
             local_by_output["QueueUrl" + _binding(kind)] = [str(url)]
         for kind, url in dict(info["dlq_urls"]).items():
             local_by_output["DlqUrl" + _binding(kind)] = [str(url)]
+        local_by_output["WebhookQueueUrl"] = [str(info["webhook_queue_url"])]
+        local_by_output["WebhookDlqUrl"] = [str(info["webhook_dlq_url"])]
     except (KeyError, TypeError, AttributeError) as error:
         raise SamEnvError(f"the info file lacks {error}: restart the local stack with `aijobs dev`") from None
 
@@ -302,8 +304,19 @@ def from_local_info(
         for logical_id, name in zip(logical_ids, names, strict=True):
             resource_type = str(template_resources.get(logical_id, {}).get("Type", ""))
             resources[logical_id] = (resource_type, name.replace(endpoint, container_endpoint))
+    region = str(info.get("region") or "us-east-1")
+    # The local stack emulates the event-source mappings and knows each by its queue's ARN.
+    for logical_id, spec in template_resources.items():
+        if spec.get("Type") != "AWS::Lambda::EventSourceMapping":
+            continue
+        source = spec.get("Properties", {}).get("EventSourceArn")
+        queue_id = source.get("Fn::GetAtt", [None])[0] if isinstance(source, dict) else None
+        if queue_id in resources:
+            queue_name = resources[queue_id][1].rstrip("/").rsplit("/", 1)[-1]
+            arn = f"arn:aws:sqs:{region}:{MOTO_ACCOUNT}:{queue_name}"
+            resources[logical_id] = ("AWS::Lambda::EventSourceMapping", arn)
     return PhysicalResources(
-        region=str(info.get("region") or "us-east-1"),
+        region=region,
         account=MOTO_ACCOUNT,
         stack_name=f"aijobs-{info.get('stage', 'local')}",
         resources=resources,
@@ -337,6 +350,10 @@ def local_overrides(variables: Mapping[str, str], endpoint: str) -> dict[str, st
     the local provider for every kind (as `aijobs dev` runs them): with every AWS call going to
     moto, a Bedrock or Polly call could not work."""
     overrides = {ENDPOINT_VARIABLE: endpoint}
+    # The cron adjusts mappings through the Lambda API, which moto only stands in for: on the local
+    # stack it has none to adjust (as `aijobs dev` runs it, see StageResources.cron_env).
+    if "EVENT_SOURCE_MAPPINGS" in variables:
+        overrides["EVENT_SOURCE_MAPPINGS"] = ""
     if "PROVIDER" in variables:
         overrides["PROVIDER"] = LOCAL_PROVIDER
     if variables.get("KIND_PROVIDERS"):
@@ -466,6 +483,7 @@ def sample_events(resource: Mapping[str, Any], events_dir: Path) -> str:
         "queue_consumer": f"sqs-{kind}-batch.json",
         "dlq_consumer": "sqs-dlq-batch.json",
         "cron_dispatcher": "schedule-cron*.json",
+        "webhook_consumer": "sqs-webhooks-batch.json",
     }.get(role)
     return "-" if pattern is None else str(events_dir / pattern)
 

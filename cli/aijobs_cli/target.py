@@ -21,7 +21,9 @@ from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronContext
 from aijobs.stage_config import StageConfig, binding_name, split_list
+from aijobs.store.spend import SpendRecords
 from aijobs.store.tenants import Directory
+from aijobs.webhooks.secrets import WebhookSecrets
 from aijobs_cli.local_stack import local_environment
 
 
@@ -49,11 +51,16 @@ class Target:
     alert_topic_arn: str | None = None
     queue_urls: dict[str, str] = field(default_factory=dict)
     dlq_urls: dict[str, str] = field(default_factory=dict)
+    # Where finished jobs' webhook deliveries go (operator fail-final and re-runs finish jobs too).
+    webhook_queue_url: str | None = None
     admin_url: str | None = None
     # The local stack's operator key: its /_local/ control endpoints require an admin principal.
     admin_key: str | None = None
     consumer_functions: dict[str, str] = field(default_factory=dict)
     cron_function: str | None = None
+    # The spend brake's configuration (SPEND_DAILY_CAP_USD, SPEND_TIME_ZONE): "" means no brake.
+    spend_cap_usd: str = ""
+    spend_time_zone: str = "UTC"
 
     @property
     def is_local(self) -> bool:
@@ -83,8 +90,11 @@ class Target:
             alert_topic_arn=info.get("alert_topic_arn"),
             queue_urls=dict(info["queue_urls"]),
             dlq_urls=dict(info["dlq_urls"]),
+            webhook_queue_url=info.get("webhook_queue_url"),
             admin_url=info.get("admin_url"),
             admin_key=info.get("admin_key"),
+            spend_cap_usd=info.get("spend_daily_cap_usd", ""),
+            spend_time_zone=info.get("spend_time_zone", "UTC"),
         )
         os.environ.update(local_environment(info["aws_endpoint_url"]))
         aws.reset_clients()
@@ -114,6 +124,10 @@ class Target:
             bucket=outputs.get("BucketName"),
             alert_topic_arn=outputs.get("AlertTopicArn"),
             cron_function=outputs.get("CronDispatcherFunction"),
+            webhook_queue_url=outputs.get("WebhookQueueUrl"),
+            # Present only on a stage with a spend brake.
+            spend_cap_usd=outputs.get("SpendDailyCapUsd", ""),
+            spend_time_zone=outputs.get("SpendTimeZone", "UTC"),
         )
         # Kinds come from the QueueNames output and each kind's outputs are keyed by its binding:
         # production queue names are generated, so nothing is read out of a queue's name.
@@ -194,7 +208,24 @@ class Target:
         )
 
     def queues(self) -> JobQueues:
-        return JobQueues(aws.sqs(), self._need(self.queue_urls, "queue URLs"), self.dlq_urls)
+        return JobQueues(
+            aws.sqs(),
+            self._need(self.queue_urls, "queue URLs"),
+            self.dlq_urls,
+            webhook_url=self.webhook_queue_url,
+        )
+
+    def spend_records(self) -> SpendRecords:
+        """The spend brake's items; TargetError on a stage without a brake (nothing is counted)."""
+        if not self.spend_cap_usd:
+            raise TargetError(
+                f"stage {self.stage!r} has no spend brake: set SPEND_DAILY_CAP_USD in .env.{self.stage} "
+                "and deploy (or restart `aijobs dev`)"
+            )
+        return SpendRecords(aws.dynamodb().Table(self._need(self.meta_table, "meta table")))
+
+    def webhook_secrets(self) -> WebhookSecrets:
+        return WebhookSecrets(aws.dynamodb().Table(self._need(self.meta_table, "meta table")))
 
     def operator(self) -> Operator:
         return Operator(directory=self.directory(), queues=self.queues(), clock=utcnow)

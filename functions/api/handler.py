@@ -7,10 +7,11 @@ from typing import Any
 from aws_lambda_powertools.logging import correlation_paths
 
 from aijobs import runtime
-from aijobs.api.app import configure, resolve
+from aijobs.api.app import configure, configure_admin, resolve
 from aijobs.observability import lambda_tracing, log_lambda_context
 
 configure(runtime.api_service)
+configure_admin(runtime.admin_service)
 
 
 # X-Ray subsegments for the invocation and every AWS call, set up in Lambda only (see lambda_tracing).

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.stage_config import CRON_DEAD_LETTER_QUEUE, DLQ_SUFFIX, PARKING_QUEUE, resource_prefix
+from aijobs.stage_config import (
+    CRON_DEAD_LETTER_QUEUE,
+    DLQ_SUFFIX,
+    PARKING_QUEUE,
+    WEBHOOK_QUEUE,
+    resource_prefix,
+)
 from tests.infra.template import Synth, role_statements
 
 LAMBDA_HANDLER_NAMES = {
     "api.handler.handler": "api",
     "dlq_consumer.handler.handler": "dlq-consumer",
     "cron_dispatcher.handler.handler": "cron-dispatcher",
+    "webhook_consumer.handler.handler": "webhook-consumer",
 }
 
 
@@ -57,6 +64,8 @@ def queue_id(synth: Synth, queue_name: str) -> str:
         path = ["DlqParking", "Queue"]
     elif short == CRON_DEAD_LETTER_QUEUE:
         path = ["Schedules", "DeadLetters"]
+    elif short in (WEBHOOK_QUEUE, WEBHOOK_QUEUE + DLQ_SUFFIX):
+        path = ["Webhooks", "Dlq" if short.endswith(DLQ_SUFFIX) else "Queue"]
     elif short.endswith(DLQ_SUFFIX):
         path = [f"Queue-{short.removesuffix(DLQ_SUFFIX)}", "Dlq"]
     else:

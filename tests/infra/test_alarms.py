@@ -81,7 +81,7 @@ def test_every_function_alarms_on_errors_and_on_sustained_throttles(
     synth: Synth = request.getfixturevalue(fixture)
     found = alarms(synth)
     names = function_names(synth)
-    assert {"api", "dlq-consumer", "cron-dispatcher"} | {
+    assert {"api", "dlq-consumer", "cron-dispatcher", "webhook-consumer"} | {
         f"{k}-consumer" for k in synth.config.queue_names
     } == set(names.values())
     for logical_id, name in names.items():
@@ -227,7 +227,8 @@ def test_an_alert_topic_arn_replaces_the_created_topic_everywhere(capped: Synth)
     publishers = [
         f for f in functions.values() if "ALERT_TOPIC_ARN" in f["Properties"]["Environment"]["Variables"]
     ]
-    assert len(publishers) == len(functions) - 1  # all but the API function alert
+    # All but the API function and the webhook consumer (its give-ups alarm on its DLQ) alert.
+    assert len(publishers) == len(functions) - 2
     for function in publishers:
         assert function["Properties"]["Environment"]["Variables"]["ALERT_TOPIC_ARN"] == EXTERNAL_TOPIC_ARN
     publish_grants = [

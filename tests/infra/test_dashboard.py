@@ -161,7 +161,9 @@ def test_queue_backlog_age_and_dead_letter_depth_of_every_queue(dev: Synth, grap
 def test_consumer_throttles_function_errors_and_api_traffic(dev: Synth, graphed: Graphed) -> None:
     names = function_names(dev)
     consumers = {
-        f"Ref:{fn}" for fn, name in names.items() if name.endswith("-consumer") and name != "dlq-consumer"
+        f"Ref:{fn}"
+        for fn, name in names.items()
+        if name.endswith("-consumer") and name not in ("dlq-consumer", "webhook-consumer")
     }
     assert {d["FunctionName"] for d, _, _ in graphed.metrics[("AWS/Lambda", "Throttles")]} == consumers
     assert {d["FunctionName"] for d, _, _ in graphed.metrics[("AWS/Lambda", "Errors")]} == {

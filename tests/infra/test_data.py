@@ -85,8 +85,9 @@ def test_prod_retains_every_queue_table_and_the_bucket_under_generated_names(pro
         **prod.resources("AWS::S3::Bucket"),
     }
     queues = prod.resources("AWS::SQS::Queue")
-    # Every kind's queue and DLQ, the DLQ parking queue and the schedules' dead-letter queue.
-    assert len(queues) == 2 * len(prod.config.queue_names) + 2
+    # Every kind's queue and DLQ, the DLQ parking queue, the schedules' dead-letter queue, and the
+    # webhook deliveries' queue and DLQ.
+    assert len(queues) == 2 * len(prod.config.queue_names) + 4
     for logical_id, resource in stateful.items():
         assert (resource["DeletionPolicy"], resource["UpdateReplacePolicy"]) == ("Retain", "Retain"), (
             logical_id

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
+from aijobs.settings import (
+    ApiSettings,
+    ConsumerSettings,
+    CronSettings,
+    DlqSettings,
+    FunctionSettings,
+    WebhookSettings,
+)
 from aijobs_cdk.constructs.model_access import POLLY_ACTIONS
 from aijobs_cdk.constructs.schedules import INVOKE_RETRY_ATTEMPTS
 from tests.infra.template import Synth, symbolic_environment, target_id
@@ -19,6 +26,7 @@ SETTINGS_BY_HANDLER: dict[str, type[FunctionSettings]] = {
     "queue_consumer.handler.handler": ConsumerSettings,
     "dlq_consumer.handler.handler": DlqSettings,
     "cron_dispatcher.handler.handler": CronSettings,
+    "webhook_consumer.handler.handler": WebhookSettings,
 }
 # Actions without resource-level permissions; nothing else may use a bare "*".
 # Actions that support no resource-level permissions (Polly's only scope lexicons, which we do not use).
@@ -65,7 +73,8 @@ def test_settings_model_rejects_an_environment_missing_a_queue_url(dev: Synth) -
 
 def test_functions_share_one_set_of_defaults(dev: Synth) -> None:
     functions = dev.resources("AWS::Lambda::Function")
-    assert len(functions) == len(dev.config.queue_names) + 3
+    # A consumer per kind, the API, the DLQ consumer, the cron dispatcher, the webhook consumer.
+    assert len(functions) == len(dev.config.queue_names) + 4
     for logical_id, resource in functions.items():
         props = resource["Properties"]
         runtime = props["Runtime"]
@@ -157,7 +166,8 @@ def _statements_of(synth: Synth, handler: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_cron_dispatcher_may_write_only_its_run_records_in_the_meta_table(dev: Synth) -> None:
+def test_cron_dispatcher_may_write_only_its_own_records_in_the_meta_table(dev: Synth) -> None:
+    """Its run records, and the adaptive concurrency state (`FLOW#<kind>`)."""
     (meta_id,) = [
         logical_id
         for logical_id, table in dev.resources("AWS::DynamoDB::Table").items()
@@ -169,8 +179,11 @@ def test_cron_dispatcher_may_write_only_its_run_records_in_the_meta_table(dev: S
         if any(a in ("dynamodb:PutItem", "dynamodb:UpdateItem") for a in _actions(s))
         and meta_id in json.dumps(s["Resource"])
     ]
-    (statement,) = writes
-    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["CRONRUN#*"]}}
+    assert sorted(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] for s in writes) == [
+        ["CRONRUN#*"],
+        ["FLOW#*"],
+    ]
+    assert all(set(s["Condition"]) == {"ForAllValues:StringLike"} for s in writes)
 
 
 def test_producer_may_read_uploaded_inputs_to_check_they_exist(dev: Synth) -> None:

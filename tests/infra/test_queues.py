@@ -23,8 +23,8 @@ def _main_queues(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_every_event_source_mapping_reports_batch_item_failures(dev: Synth) -> None:
     mappings = dev.resources("AWS::Lambda::EventSourceMapping")
-    # One consumer mapping per queue and one DLQ-consumer mapping per DLQ.
-    assert len(mappings) == 2 * len(dev.config.queue_names)
+    # One consumer mapping per queue, one DLQ-consumer mapping per DLQ, the webhook consumer's.
+    assert len(mappings) == 2 * len(dev.config.queue_names) + 1
     for logical_id, mapping in mappings.items():
         assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"], logical_id
 
@@ -79,7 +79,7 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout_plus_wind
         window = props.get("MaximumBatchingWindowInSeconds", 0)
         assert queue["VisibilityTimeout"] >= 6 * function["Timeout"] + window, queue["QueueName"]
         checked += 1
-    assert checked == 2 * len(synth.config.queue_names)
+    assert checked == 2 * len(synth.config.queue_names) + 1  # + the webhook consumer's
 
 
 def test_dlq_keeps_messages_14_days_longer_than_the_main_queue(dev: Synth) -> None:
@@ -108,6 +108,7 @@ def test_max_concurrency_is_set_on_each_consumer_mapping(capped: Synth) -> None:
         m["Properties"]
         for m in capped.resources("AWS::Lambda::EventSourceMapping").values()
         if not capped.props(target_id(m["Properties"]["EventSourceArn"]))["QueueName"].endswith("-dlq")
+        and not m["Properties"]["FunctionName"]["Ref"].startswith("WebhooksConsumer")
     ]
     assert len(consumer_mappings) == 2  # "summary; embedding ;summary" trimmed and de-duplicated
     for props in consumer_mappings:

@@ -14,8 +14,15 @@ from moto import mock_aws
 
 from aijobs import runtime
 from aijobs.domain import Job, JobStatus
-from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
-from aijobs.stage_config import DLQ_SUFFIX, queue_resource_name
+from aijobs.settings import (
+    ApiSettings,
+    ConsumerSettings,
+    CronSettings,
+    DlqSettings,
+    FunctionSettings,
+    WebhookSettings,
+)
+from aijobs.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, queue_resource_name
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli import sam_env
@@ -114,6 +121,9 @@ def test_the_env_file_gives_every_function_the_deployed_stacks_real_names(
             assert settings.dead_letter_kinds == {
                 deployed_name(kind, DLQ_SUFFIX): kind for kind in synth.config.queue_names
             }
+        elif isinstance(settings, WebhookSettings):
+            assert queue_name(settings.webhook_dlq_url) == deployed_name(WEBHOOK_QUEUE, DLQ_SUFFIX)
+            linked = {}
         elif isinstance(settings, ApiSettings | CronSettings):
             linked = settings.queue_urls
             assert set(linked) == set(synth.config.queue_names), logical_id
@@ -121,6 +131,9 @@ def test_the_env_file_gives_every_function_the_deployed_stacks_real_names(
             raise AssertionError(f"{logical_id}: no settings model {type(settings).__name__} is checked")
         for kind, url in linked.items():
             assert queue_name(url) == deployed_name(kind), (logical_id, kind)
+        webhook_queue = getattr(settings, "webhook_queue_url", None)
+        if webhook_queue is not None:  # every function that finishes jobs, and the webhook consumer
+            assert queue_name(webhook_queue) == deployed_name(WEBHOOK_QUEUE), logical_id
 
 
 def test_nothing_is_left_unresolved(dev: Synth) -> None:

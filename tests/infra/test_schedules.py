@@ -24,7 +24,7 @@ def _schedules(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_shipped_cron_becomes_an_aws_cron_with_its_exact_text_in_the_payload(dev: Synth) -> None:
     schedules = _schedules(dev)
-    assert set(schedules) == {"*/10 * * * *", "*/5 * * * *"}
+    assert set(schedules) == {"*/10 * * * *", "*/5 * * * *", "* * * * *"}
     props = schedules["*/10 * * * *"]
     assert props["ScheduleExpression"] == "cron(0/10 * * * ? *)"
     assert props["ScheduleExpressionTimezone"] == "Etc/UTC"

@@ -11,8 +11,10 @@ conditions.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Iterator
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from aijobs import aws, runtime
 from aijobs.domain import JobStatus
 from aijobs.scheduled.maintenance import write_retention
 from aijobs.stage_config import parse_stage_config
+from aijobs.store.spend import SpendRecords
 from aijobs_cdk import REPO_ROOT
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.resources import provision
@@ -38,15 +41,22 @@ WRITE = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem
 EXPECTED = {
     # The producer deletes one kind of item: the Idempotency-Key of a job it could not enqueue,
     # so the client's retry may reuse it.
-    "api.handler.handler": {"shard": READ | WRITE | {"dynamodb:DeleteItem"}, "meta": READ},
+    # In the meta table it writes only tenants' webhook secrets (`WEBHOOK#*`, checked below).
+    "api.handler.handler": {
+        "shard": READ | WRITE | {"dynamodb:DeleteItem"},
+        "meta": READ | {"dynamodb:PutItem"},
+    },
     # The cron deletes finished jobs and old credit transactions past retention; in the meta table
     # it writes only its run records (a leading-key condition, checked below).
     "cron_dispatcher.handler.handler": {
         "shard": READ | WRITE | {"dynamodb:DeleteItem"},
         "meta": READ | {"dynamodb:PutItem", "dynamodb:UpdateItem"},
     },
-    "queue_consumer.handler.handler": {"shard": READ | WRITE, "meta": READ},
+    # Consumers add to their kind's throttle counters (`FLOW#*` only, checked below).
+    "queue_consumer.handler.handler": {"shard": READ | WRITE, "meta": READ | {"dynamodb:UpdateItem"}},
     "dlq_consumer.handler.handler": {"shard": READ | WRITE, "meta": READ | {"dynamodb:PutItem"}},
+    # Reads a job row and updates its webhook delivery state; reads tenants and their secrets.
+    "webhook_consumer.handler.handler": {"shard": {"dynamodb:GetItem", "dynamodb:UpdateItem"}, "meta": READ},
 }
 
 
@@ -267,3 +277,267 @@ def test_every_table_call_of_the_consumers_and_the_dlq_consumer_is_granted(dev: 
     assert stage.job(doomed).status is JobStatus.FAILED_FINAL
     assert _assert_allowed(dev, "dlq_consumer.handler.handler", stage, dlq) >= {"dynamodb:PutItem"}
     runtime.reset_runtime()
+
+
+def test_every_table_call_of_the_webhook_consumer_and_of_secret_rotation_is_granted(
+    dev: Synth, stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret rotated through the API, a delivery claimed and settled (a refused address: no
+    network), and the sweeper's re-send of a lost delivery."""
+    from aijobs.api.schemas import JobRequest
+    from aijobs.settings import CronSettings, WebhookSettings
+    from aijobs.store.tenants import Principal
+    from aijobs.webhooks.urls import UrlPolicy
+
+    for key, value in stage.resources.api_env().items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    stage.directory.ensure_user("alice")
+    stage.store_for("alice").ledger.grant("alice", 5, stage.clock() + timedelta(days=1))
+    with recording_calls() as producer:
+        runtime.reset_runtime()
+        api = runtime.api_service()
+        api.clock = stage.clock
+        api.rotate_webhook_secret(Principal("alice"))
+        api.rotate_webhook_secret(Principal("alice"))
+        api.webhook_policy = UrlPolicy()
+        job, _ = api.submit(
+            Principal("alice"),
+            JobRequest(kind="summary", input="One. Two.", callbackUrl="https://hooks.example.com/in"),
+            None,
+        )
+    assert _assert_allowed(dev, "api.handler.handler", stage, producer) >= {"dynamodb:PutItem"}
+    list(stage.drain("summary"))
+    with recording_calls() as sweeper:
+        runtime.reset_runtime()
+        ctx = runtime.build_cron_context(CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock)
+        stage.receive(stage.resources.webhook_queue_url)  # the delivery message is lost
+        stage.clock.advance(120)
+        from aijobs.scheduled.context import CronRun
+        from aijobs.scheduled.sweeper import run_sweeper
+
+        assert run_sweeper(CronRun("*/5 * * * *"), ctx)["webhooksResent"] == 1
+    _assert_allowed(dev, "cron_dispatcher.handler.handler", stage, sweeper)
+    with recording_calls() as consumer:
+        runtime.reset_runtime()
+        hooks = runtime.build_webhook_consumer(
+            WebhookSettings.from_env(stage.resources.webhook_env()),
+            clock=stage.clock,
+            resolver=lambda _host, _port: ["10.0.0.9"],
+        )
+        from aijobs_cli.esm import QueueMapping
+
+        mapping = QueueMapping(
+            sqs=stage.sqs, queue_url=stage.resources.webhook_queue_url,
+            queue_arn=stage.resources.webhook_queue_arn, handler=hooks.handle, function_name="webhooks",
+        )  # fmt: skip
+        assert mapping.poll_once().received == 1
+    assert stage.job(job).callback_state == "failed"  # the address was refused: nothing was POSTed
+    used = _assert_allowed(dev, "webhook_consumer.handler.handler", stage, consumer)
+    assert used >= {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    runtime.reset_runtime()
+
+
+# --- the spend brake ------------------------------------------------------------------------------
+# Its grants do not depend on SPEND_DAILY_CAP_USD (consumers may write `SPEND#*` counters on every
+# stage; without a brake they never do), so a braked stage's calls are checked against `dev`.
+
+
+@pytest.fixture
+def braked_stage() -> Iterator[Stage]:
+    """The `dev` stage with a spend brake of 1 USD a day; the local provider's `#cost:` inputs spend."""
+    values = {k: v or "" for k, v in dotenv_values(REPO_ROOT / ".env.dev").items()}
+    values |= {"PROVIDER": "local", "KIND_PROVIDERS": "", "RETRY_BASE_DELAY_SECONDS": "0"}
+    values |= {"SPEND_DAILY_CAP_USD": "1", "SPEND_TIME_ZONE": "UTC"}
+    with mock_aws():
+        runtime.reset_runtime()
+        yield Stage(resources=provision(parse_stage_config("dev", values)), clock=Clock())
+    runtime.reset_runtime()
+
+
+def test_every_table_call_of_a_braked_stage_is_granted(
+    dev: Synth, braked_stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counters in the finishing transaction, the tenant's counter read, the day's state read, the
+    hold of a job and the alert marker (consumers); a tenant's 402 (producer)."""
+    stage = braked_stage
+    day = stage.clock().date().isoformat()
+    meta = aws.dynamodb().Table(stage.resources.meta_table)
+    for user in ("alice", "bob"):
+        stage.directory.ensure_user(user)
+    SpendRecords(meta).set_tenant_cap("alice", Decimal("0.5"), day)
+    inbox = stage.subscribe_inbox()
+    first = stage.submit("alice", "summary", "#cost:0.6 One sentence. And a second one.")
+    with recording_calls() as consumers:
+        runtime.reset_runtime()
+        list(stage.drain("summary"))
+    assert stage.job(first).status is JobStatus.SUCCEEDED
+    # Alice is past her own cap; one of Bob's jobs takes the stage past its cap; the rest wait.
+    later = [
+        stage.submit(user, "summary", "#cost:0.6 More text. And more.") for user in ("alice", "bob", "bob")
+    ]
+    with recording_calls() as held:
+        runtime.reset_runtime()
+        list(stage.drain("summary"))
+    assert sorted(stage.job(job).status.value for job in later) == ["queued", "queued", "succeeded"]
+    assert stage.job(later[0]).status is JobStatus.QUEUED
+    assert len(stage.receive(inbox)) == 1  # the stage's alert
+    consumers.accesses.extend(held.accesses)
+    used = _assert_allowed(dev, "queue_consumer.handler.handler", stage, consumers)
+    assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"} <= used
+    spend_writes = [
+        a
+        for a in consumers.accesses
+        if (a.action, a.table) == ("dynamodb:UpdateItem", meta.name)
+        and str(a.leading_key).startswith("SPEND#")
+    ]
+    # Two finishing transactions' stage counters, and the alert marker (tried once per job the
+    # stage's cap holds: the order of the batch decides whether that is one job or two).
+    assert len(spend_writes) >= 3
+
+    with recorded_producer(stage, monkeypatch) as (api, producer):
+        service = runtime.api_service()
+        assert service.spend is not None
+        service.spend.clock = stage.clock
+        body = {"kind": "summary", "input": "hello"}
+        assert api.call("api-post-jobs.json", body=body, user="alice")[0] == 402
+        assert api.call("api-post-jobs.json", body=body, user="bob")[0] == 202  # the stage still accepts
+    _assert_allowed(dev, "api.handler.handler", stage, producer)
+    runtime.reset_runtime()
+
+
+# --- the operator routes (aijobs.api.admin) --------------------------------------------------------
+
+
+def _moto_consumer_mapping(stage: Stage, kind: str) -> str:
+    """A (moto) event-source mapping from `kind`'s queue, so pause/resume call Lambda for real."""
+    import boto3
+
+    role = boto3.client("iam").create_role(RoleName="consumer", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    awslambda = boto3.client("lambda")
+    awslambda.create_function(
+        FunctionName=f"consumer-{kind}", Runtime="python3.12", Role=role, Handler="h.handler",
+        Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
+    )  # fmt: skip
+    return awslambda.create_event_source_mapping(
+        EventSourceArn=stage.resources.queue_arns[kind], FunctionName=f"consumer-{kind}", Enabled=True
+    )["UUID"]
+
+
+def _granted_actions(synth: Synth, handler: str) -> set[str]:
+    """Every action (patterns like `s3:Get*` included) on the function's role."""
+    granted: set[str] = set()
+    for function_id in _function_ids(synth, handler):
+        for statement in role_statements(synth, function_id):
+            actions = statement["Action"]
+            granted.update(actions if isinstance(actions, list) else [actions])
+    return granted
+
+
+def test_every_call_of_the_operator_routes_is_granted(
+    dev: Synth, stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every admin route through the producer's handler, on jobs of two tenants (a success, a dead
+    letter, a permanent failure): its table calls pass the DynamoDB grants (leading keys included),
+    its Lambda and SQS calls are actions the producer holds (their resources: the next test)."""
+    from tests.integration.test_admin_api import Admin
+
+    mapping = _moto_consumer_mapping(stage, "summary")
+    done = stage.submit("alice", "summary", "One sentence. And a second one.")
+    doomed = stage.submit("alice", "summary", "#fail:503 keeps failing")
+    refused = stage.submit("bob", "summary", "#fail:400 a permanent failure")
+    for _ in range(6):
+        list(stage.drain("summary"))
+    assert stage.dlq_mapping("summary").poll_once().received == 1
+    assert stage.job(doomed).status is JobStatus.FAILED_FINAL
+
+    with recorded_producer(stage, monkeypatch) as (_api, log):
+        admin_service = runtime.admin_service()
+        admin_service.clock = admin_service.operator.clock = stage.clock
+        admin_service.operator.sleep = lambda _seconds: None
+        admin_service.mappings = {"summary": mapping}
+        from api import handler
+
+        admin = Admin(stage, handler.handler)
+        log.clear()  # the keys' set-up is not the producer's
+        since = (stage.clock() - timedelta(hours=1)).isoformat()
+        for method, path, query, body in (
+            ("GET", "/admin/overview", None, None),
+            ("GET", "/admin/jobs", None, None),
+            ("GET", "/admin/jobs", {"kind": "summary", "status": "failed_final", "tenant": "alice",
+                                    "errorClass": "transient", "since": since}, None),
+            ("GET", f"/admin/jobs/alice/{done.job_id}", None, None),
+            ("GET", "/admin/dead-letters", None, None),
+            ("POST", f"/admin/jobs/alice/{doomed.job_id}/rerun", None, None),
+            ("POST", "/admin/reruns", None, {"kind": "summary"}),
+            ("POST", "/admin/reruns", None, {"kind": "summary", "dryRun": False}),
+            ("POST", f"/admin/jobs/alice/{doomed.job_id}/fail-final", None, {"reason": "bad input"}),
+            ("POST", "/admin/kinds/summary/pause", None, None),
+            ("POST", "/admin/kinds/summary/resume", None, None),
+            ("GET", "/admin/tenants/alice/credits", None, None),
+            ("GET", "/admin/spend", None, None),
+        ):  # fmt: skip
+            status, _headers, answer = admin.call(method, path, query=query, body=body)
+            assert status == 200, (method, path, answer)
+    assert stage.job(refused).status is JobStatus.QUEUED  # re-run by the batch
+    assert stage.job(doomed).status is JobStatus.FAILED_FINAL
+    used = _assert_allowed(dev, "api.handler.handler", stage, log)
+    assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"} <= used
+    granted = _granted_actions(dev, "api.handler.handler")
+    others = {a.action for a in log.accesses if not a.action.startswith("dynamodb:")}
+    assert {
+        "sqs:GetQueueAttributes", "sqs:SendMessage", "lambda:GetEventSourceMapping",
+        "lambda:UpdateEventSourceMapping",
+    } <= others  # fmt: skip
+    for action in others:
+        assert any(fnmatch.fnmatchcase(action, pattern) for pattern in granted), action
+
+
+def test_the_producer_may_switch_only_the_job_consumers_and_read_only_its_queues(dev: Synth) -> None:
+    """The operator routes' Lambda rights are exactly the job queues' consumer mappings (never the
+    DLQ or webhook consumers'); its SQS rights reach job queues (and the webhook queue it sends
+    to), never a dead-letter queue, and read the attributes of every job queue."""
+    from tests.infra.test_concurrency_wiring import _refs
+
+    (producer,) = _function_ids(dev, "api.handler.handler")
+    job_queues = {
+        logical_id for logical_id in dev.resources("AWS::SQS::Queue")
+        if logical_id.startswith("Queue") and "Dlq" not in logical_id
+    }  # fmt: skip
+    consumers = {
+        logical_id
+        for logical_id, resource in dev.resources("AWS::Lambda::EventSourceMapping").items()
+        if target_id(resource["Properties"]["EventSourceArn"]) in job_queues
+    }
+    assert len(job_queues) == len(consumers) == len(dev.config.queue_names)
+    assert _refs(dev.props(producer)["Environment"]["Variables"]["CONSUMER_MAPPINGS"]) == consumers
+
+    statements = role_statements(dev, producer)
+
+    def actions_of(statement: dict[str, Any]) -> set[str]:
+        actions = statement["Action"]
+        return set(actions if isinstance(actions, list) else [actions])
+
+    def resources_of(statement: dict[str, Any]) -> list[Any]:
+        resources = statement["Resource"]
+        return resources if isinstance(resources, list) else [resources]
+
+    (switch,) = [s for s in statements if any(a.startswith("lambda:") for a in actions_of(s))]
+    assert actions_of(switch) == {"lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"}
+    assert set().union(*(_refs(r) for r in resources_of(switch))) == consumers
+    assert all("event-source-mapping:" in json.dumps(r) for r in resources_of(switch))
+
+    queue_rights = [s for s in statements if any(a.startswith("sqs:") for a in actions_of(s))]
+    assert set().union(*(actions_of(s) for s in queue_rights)) == {
+        "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage",
+    }  # fmt: skip
+    reachable = {target_id(r) for s in queue_rights for r in resources_of(s)}
+    assert not any("Dlq" in queue or "DeadLetters" in queue for queue in reachable)
+    assert {queue for queue in reachable - job_queues if not queue.startswith("WebhooksQueue")} == set()
+    readable = {
+        target_id(r)
+        for s in queue_rights
+        if "sqs:GetQueueAttributes" in actions_of(s)
+        for r in resources_of(s)
+    }
+    assert job_queues <= readable

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, FunctionSettings
+from aijobs.settings import (
+    ApiSettings,
+    ConsumerSettings,
+    CronSettings,
+    DlqSettings,
+    FunctionSettings,
+    WebhookSettings,
+)
 from aijobs.stage_config import binding_name, queue_resource_name, split_list
 from aijobs_cdk.app_factory import build_app
 from tests.infra.alarm_reader import queue_id
@@ -28,6 +35,7 @@ SETTINGS_BY_HANDLER: dict[str, type[FunctionSettings]] = {
     CONSUMER: ConsumerSettings,
     DLQ_CONSUMER: DlqSettings,
     "cron_dispatcher.handler.handler": CronSettings,
+    "webhook_consumer.handler.handler": WebhookSettings,
 }
 # The shipped `.env.dev`: what each consumer must be able to send to besides its own queue and DLQ.
 DEV_LINKED = {
@@ -102,14 +110,17 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _send_targets(synth: Synth, function_id: str) -> set[str]:
-    """Logical ids of the queues a function's role may sqs:SendMessage to (a raw string stays as is,
-    so a wildcard would show up and fail the comparison)."""
+    """Logical ids of the job queues a function's role may sqs:SendMessage to (a raw string stays as
+    is, so a wildcard would show up and fail the comparison). The webhook delivery queue, which every
+    function that finishes jobs may send to, is not a job queue: tests/infra/test_table_grants.py and
+    the webhook tests cover it."""
+    webhooks = target_id(synth.json["Outputs"]["WebhookQueueUrl"]["Value"])
     return {
         resource if isinstance(resource, str) else target_id(resource)
         for statement in role_statements(synth, function_id)
         if statement["Effect"] == "Allow" and "sqs:SendMessage" in _as_list(statement["Action"])
         for resource in _as_list(statement["Resource"])
-    }
+    } - {webhooks}
 
 
 def _bedrock_grant(synth: Synth, function_id: str) -> dict[str, str]:

@@ -20,8 +20,28 @@ EXPECTED: dict[tuple[str, str], tuple[str, set[int]]] = {
     ("/jobs/{job_id}/children", "get"): ("listJobChildren", {200, 400, 401, 404, 422, 500}),
     ("/jobs", "get"): ("listJobs", {200, 400, 401, 422, 500}),
     ("/credits", "get"): ("getCredits", {200, 401, 422, 500}),
+    ("/webhooks/secret", "post"): ("rotateWebhookSecret", {201, 401, 409, 422, 500}),
+    ("/webhooks/secret", "get"): ("getWebhookSecret", {200, 401, 422, 500}),
     ("/classify", "post"): ("classify", {200, 400, 401, 413, 415, 422, 500, 503}),
     ("/uploads", "post"): ("createUpload", {201, 400, 401, 413, 415, 422, 500}),
+    # The operator routes (aijobs.api.admin): every one may refuse a non-operator (403) or a fast one (429).
+    ("/admin/overview", "get"): ("adminOverview", {200, 401, 403, 422, 429, 500}),
+    ("/admin/jobs", "get"): ("adminListJobs", {200, 400, 401, 403, 422, 429, 500}),
+    ("/admin/jobs/{user_id}/{job_id}", "get"): ("adminGetJob", {200, 404, 401, 403, 422, 429, 500}),
+    ("/admin/jobs/{user_id}/{job_id}/rerun", "post"): (
+        "adminRerunJob",
+        {200, 404, 409, 401, 403, 422, 429, 500},
+    ),
+    ("/admin/jobs/{user_id}/{job_id}/fail-final", "post"): (
+        "adminFailFinal",
+        {200, 400, 404, 409, 415, 401, 403, 422, 429, 500},
+    ),
+    ("/admin/reruns", "post"): ("adminBatchRerun", {200, 400, 415, 401, 403, 422, 429, 500}),
+    ("/admin/dead-letters", "get"): ("adminDeadLetters", {200, 401, 403, 422, 429, 500}),
+    ("/admin/kinds/{kind}/pause", "post"): ("adminPauseKind", {200, 401, 403, 422, 429, 500}),
+    ("/admin/kinds/{kind}/resume", "post"): ("adminResumeKind", {200, 401, 403, 422, 429, 500}),
+    ("/admin/tenants/{user_id}/credits", "get"): ("adminTenantCredits", {200, 404, 401, 403, 422, 429, 500}),
+    ("/admin/spend", "get"): ("adminSpend", {200, 401, 403, 422, 429, 500}),
 }
 
 

@@ -10,11 +10,11 @@ import boto3
 import pytest
 
 from aijobs import runtime
-from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import JobStatus
 from aijobs.errors import NotFoundError, TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
+from aijobs.store.dead_letter_records import list_dead_letters
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 

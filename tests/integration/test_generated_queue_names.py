@@ -8,8 +8,8 @@ import json
 import pytest
 
 from aijobs import aws
-from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import JobStatus
+from aijobs.store.dead_letter_records import list_dead_letters
 from tests.integration.harness import Stage
 
 pytestmark = pytest.mark.integration

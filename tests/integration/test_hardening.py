@@ -14,11 +14,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from aijobs import runtime
-from aijobs.dead_letters import list_dead_letters
 from aijobs.domain import Job, JobStatus
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
+from aijobs.store.dead_letter_records import list_dead_letters
 from tests.integration.harness import CountingProvider, Stage
 
 pytestmark = pytest.mark.integration

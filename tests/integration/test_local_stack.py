@@ -1,4 +1,4 @@
-"""The local stack, started in-process (threaded moto server), driven over HTTP and by the CLI."""
+"""The local stack, started in-process (moto in its own child process), driven over HTTP and by the CLI."""
 
 from __future__ import annotations
 

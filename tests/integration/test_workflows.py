@@ -585,7 +585,7 @@ def test_a_lost_merge_message_is_recovered_by_the_sweeper(
 
     job_id = submit(api, {"kind": "image-batch", "input": {"prompts": ["one", "two", "three"]}})
     # Every child's consumer dies right after its final transaction (before looking at the parent).
-    monkeypatch.setattr(dispatcher, "notify_parent", lambda *args: False)
+    monkeypatch.setattr(dispatcher, "after_final", lambda *args: False)
     run_until_idle(stage)
     stuck = parent(stage, job_id)
     assert stuck.status is JobStatus.RUNNING
@@ -645,7 +645,7 @@ def test_a_tolerant_policy_merges_what_succeeded_and_names_the_missing_parts(sta
 def test_a_dead_lettered_child_counts_as_failed_and_the_dlq_list_names_its_parent(
     stage: Stage, api: Call
 ) -> None:
-    from aijobs.dead_letters import list_dead_letters
+    from aijobs.store.dead_letter_records import list_dead_letters
 
     job_id = submit(
         api,

@@ -18,6 +18,9 @@ OWN = {
     "queue_consumer": "aijobs.consumer",
     "dlq_consumer": "aijobs.dead_letters",
     "cron_dispatcher": "aijobs.scheduled",
+    # The webhook consumer's own code; the rest of aijobs.webhooks (URL rules, the delivery
+    # message) is shared with the functions that validate callbacks and finish jobs.
+    "webhook_consumer": "aijobs.webhooks.delivery",
 }
 PROBE = """
 import importlib, json, sys

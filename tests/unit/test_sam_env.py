@@ -207,6 +207,8 @@ def _local_info(endpoint: str = "http://127.0.0.1:5123") -> dict[str, Any]:
         "alert_topic_arn": "arn:aws:sns:us-east-1:123456789012:aijobs-local-alerts",
         "queue_urls": {"summary": f"{endpoint}/123456789012/aijobs-local-summary"},
         "dlq_urls": {"summary": f"{endpoint}/123456789012/aijobs-local-summary-dlq"},
+        "webhook_queue_url": f"{endpoint}/123456789012/aijobs-local-webhooks",
+        "webhook_dlq_url": f"{endpoint}/123456789012/aijobs-local-webhooks-dlq",
     }
 
 

@@ -561,6 +561,37 @@ def test_invalid_alert_email(raw: str) -> None:
         _parse(ALERT_EMAIL=raw)
 
 
+# --- spend brake ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cap", "zone", "expected"),
+    [
+        (None, None, ("", "UTC")),
+        ("", " ", ("", "UTC")),
+        (" 250 ", "Europe/Paris", ("250", "Europe/Paris")),
+        ("12.5", "America/New_York", ("12.5", "America/New_York")),
+        ("0", "UTC", ("0", "UTC")),
+    ],
+)
+def test_spend_keys(cap: str | None, zone: str | None, expected: tuple[str, str]) -> None:
+    config = _parse(SPEND_DAILY_CAP_USD=cap, SPEND_TIME_ZONE=zone)
+    assert (config.spend_daily_cap_usd, config.spend_time_zone) == expected
+    assert config.spend_env() == {"SPEND_DAILY_CAP_USD": expected[0], "SPEND_TIME_ZONE": expected[1]}
+
+
+@pytest.mark.parametrize("raw", ["-5", "-0.01", "ten", "1e3", "12,5", "$20", "1.1234567"])
+def test_a_spend_cap_that_is_not_a_plain_amount_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"SPEND_DAILY_CAP_USD={raw!r} must be empty")):
+        _parse(SPEND_DAILY_CAP_USD=raw)
+
+
+@pytest.mark.parametrize("raw", ["Mars/Olympus_Mons", "CEST", "UTC+2", "../etc/passwd"])
+def test_an_unknown_spend_time_zone_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"SPEND_TIME_ZONE={raw!r} is not an IANA time zone")):
+        _parse(SPEND_TIME_ZONE=raw)
+
+
 # --- shipped .env files --------------------------------------------------------------------------
 
 
@@ -575,10 +606,11 @@ def test_shipped_dev_config() -> None:
     assert config.stage == "dev"
     assert not config.is_production
     assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
-    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
+    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *", "* * * * *")
     assert config.crons[0].to_aws() == "cron(0/10 * * * ? *)"
     assert config.queue_max_concurrency is None
     assert config.max_receive_count == 4 + RECEIVE_HEADROOM
+    assert (config.spend_daily_cap_usd, config.spend_time_zone) == ("", "UTC")  # no brake shipped
 
 
 def test_shipped_prod_config() -> None:
@@ -586,7 +618,7 @@ def test_shipped_prod_config() -> None:
     assert config.stage == "prod"
     assert config.is_production
     assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
-    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *")
+    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *", "* * * * *")
     assert config.alert_email is None
 
 

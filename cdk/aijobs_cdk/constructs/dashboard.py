@@ -22,6 +22,7 @@ from aijobs.observability import (
     CRON_DIMENSION,
     KIND_DIMENSION,
     METRIC_ACCEPTED,
+    METRIC_CONSUMER_CONCURRENCY,
     METRIC_CONSUMER_PAUSED,
     METRIC_CREDITS_EXPIRED,
     METRIC_CRON_DUPLICATE,
@@ -35,8 +36,10 @@ from aijobs.observability import (
     METRIC_MODEL_SPEND,
     METRIC_POISON,
     METRIC_RETRIED,
+    METRIC_SPEND_HELD,
     METRIC_SUCCEEDED,
     METRIC_SWEPT,
+    METRIC_TENANT_HELD,
     METRICS_NAMESPACE,
     SERVICE_DIMENSION,
     service_name,
@@ -137,6 +140,7 @@ class Dashboard(Construct):
             _graph("Job duration p50 (ms)", per_kind(METRIC_DURATION, "p50")),
             _graph("Job duration p95 (ms)", per_kind(METRIC_DURATION, "p95")),
             _graph("Model spend (USD) by kind and model", [self.search(METRIC_MODEL_SPEND, "Sum")]),
+            _graph("Jobs held: daily spend cap reached", per_kind(METRIC_SPEND_HELD)),
         )
         self._section(
             "Consumers and functions",
@@ -148,6 +152,11 @@ class Dashboard(Construct):
                 ],
             ),
             _graph("Consumers paused (provider 401/403)", per_kind(METRIC_CONSUMER_PAUSED)),
+            _graph(
+                "Consumer MaximumConcurrency (adaptive, on 429s)",
+                per_kind(METRIC_CONSUMER_CONCURRENCY, "Minimum"),
+            ),
+            _graph("Jobs waiting: tenant at its running cap", per_kind(METRIC_TENANT_HELD)),
             _graph(
                 "Function errors (Lambda)",
                 [

@@ -82,15 +82,15 @@ class JobQueue(Construct):
                 **config.consumer_settings_env(kind),
             },
         )
-        self.consumer.add_event_source(
-            event_sources.SqsEventSource(
-                self.queue,
-                batch_size=config.batch_size,
-                max_batching_window=Duration.seconds(config.batch_window_seconds),
-                report_batch_item_failures=True,
-                max_concurrency=config.esm_max_concurrency,
-            )
+        # The adaptive concurrency cron sizes this mapping (MaximumConcurrency) by its id and ARN.
+        self.event_source = event_sources.SqsEventSource(
+            self.queue,
+            batch_size=config.batch_size,
+            max_batching_window=Duration.seconds(config.batch_window_seconds),
+            report_batch_item_failures=True,
+            max_concurrency=config.esm_max_concurrency,
         )
+        self.consumer.add_event_source(self.event_source)
         # Delayed re-sends (provider still running) go to its own queue; the attempt cap to its DLQ.
         self.queue.grant_send_messages(self.consumer)
         self.dlq.grant_send_messages(self.consumer)

@@ -8,7 +8,17 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from aijobs.stage_config import StageConfig
-from aijobs.store.keys import CRON_RUN_PREFIX, META_INDEXES, PK, SHARD_INDEXES, SK, TTL_ATTRIBUTE
+from aijobs.store.keys import (
+    CRON_RUN_PREFIX,
+    FLOW_PREFIX,
+    META_INDEXES,
+    PK,
+    SHARD_INDEXES,
+    SK,
+    TTL_ATTRIBUTE,
+    WEBHOOK_SECRET_PREFIX,
+)
+from aijobs.store.spend import SPEND_PREFIX
 from aijobs_cdk.constructs.naming import stateful_removal
 
 # Key and index names are the runtime's (aijobs.store.keys); TABLES.md documents them.
@@ -45,6 +55,24 @@ class Tables(Construct):
         """The DLQ consumer reads tenants and writes the operator-visible dead-letter list."""
         self.meta.grant(fn, *JOB_READ_ACTIONS, "dynamodb:PutItem")
 
+    def grant_webhook_secrets(self, fn: lambda_.IFunction) -> None:
+        """The producer creates and rotates tenants' webhook signing secrets (`WEBHOOK#<userId>`
+        items only, PutItem); reading them is part of `grant_meta_read`."""
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:PutItem"],
+                resources=[self.meta.table_arn],
+                conditions={
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{WEBHOOK_SECRET_PREFIX}*"]}
+                },
+            )
+        )
+
+    def grant_callback_rows(self, fn: lambda_.IFunction) -> None:
+        """The webhook consumer reads a job row and updates its delivery state (never its status)."""
+        for shard in self.shards:
+            shard.grant(fn, "dynamodb:GetItem", "dynamodb:UpdateItem")
+
     def grant_cron_run_records(self, fn: lambda_.IFunction) -> None:
         """The cron dispatcher claims each scheduled run in the meta table (one run per firing); it
         may write those items and nothing else there."""
@@ -53,6 +81,29 @@ class Tables(Construct):
                 actions=["dynamodb:PutItem", "dynamodb:UpdateItem"],
                 resources=[self.meta.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{CRON_RUN_PREFIX}*"]}},
+            )
+        )
+
+    def grant_flow_records(self, fn: lambda_.IFunction, *, state: bool) -> None:
+        """Adaptive concurrency (`FLOW#<kind>` items only): a consumer adds to its kind's minute
+        counters (UpdateItem); the cron (`state`) also writes each kind's state (PutItem)."""
+        actions = ["dynamodb:UpdateItem", *(["dynamodb:PutItem"] if state else [])]
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=actions,
+                resources=[self.meta.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{FLOW_PREFIX}*"]}},
+            )
+        )
+
+    def grant_spend_records(self, fn: lambda_.IFunction) -> None:
+        """The spend brake (`SPEND#<day>` items only): a consumer adds a finished job's cost to the
+        day's counters and writes the day's alert marker (UpdateItem)."""
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem"],
+                resources=[self.meta.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{SPEND_PREFIX}*"]}},
             )
         )
 

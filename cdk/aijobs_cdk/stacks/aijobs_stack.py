@@ -6,11 +6,12 @@ from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_iam as iam
 from aws_cdk.aws_apigatewayv2_authorizers import HttpJwtAuthorizer
 from constructs import Construct
 
 from aijobs.provider_plan import CLASSIFY
-from aijobs.stage_config import StageConfig, dead_letter_queues_env
+from aijobs.stage_config import StageConfig, dead_letter_queues_env, event_source_mappings_env
 from aijobs_cdk.constructs.alerts import Alerts
 from aijobs_cdk.constructs.api import Api
 from aijobs_cdk.constructs.dashboard import Dashboard
@@ -21,6 +22,7 @@ from aijobs_cdk.constructs.model_access import ModelAccess
 from aijobs_cdk.constructs.schedules import Schedules
 from aijobs_cdk.constructs.storage import INPUTS_PREFIX, RESULTS_PREFIX, JobStorage
 from aijobs_cdk.constructs.tables import Tables
+from aijobs_cdk.constructs.webhooks import Webhooks
 from aijobs_cdk.nag import acknowledge_grant_wildcards
 
 API_HANDLER = "api.handler.handler"
@@ -50,6 +52,9 @@ class AijobsStack(Stack):
             "SHARD_TABLE_NAMES": Fn.join(",", [shard.table_name for shard in tables.shards]),
         }
         alert_env = {"ALERT_TOPIC_ARN": alerts.topic.topic_arn}
+        # Webhook deliveries: every function that finishes jobs queues them (WEBHOOK_QUEUE_URL).
+        webhooks = Webhooks(self, "Webhooks", config=config, functions=functions, environment=dict(table_env))
+        table_env["WEBHOOK_QUEUE_URL"] = webhooks.queue.queue_url
         parking = DeadLetterParking(self, "DlqParking", config=config)
 
         queues = [
@@ -91,6 +96,20 @@ class AijobsStack(Stack):
                 **config.api_settings_env(),
             },
         )
+        # The console's operator routes (aijobs.api.admin): pause/resume and read each kind's
+        # consumer mapping, read queue depths. Only these mappings; the queue depths need no grant
+        # of their own: `grant_send_messages` below includes `sqs:GetQueueAttributes` on each queue.
+        producer.add_environment(
+            "CONSUMER_MAPPINGS",
+            ";".join(f"{q.kind}={q.event_source.event_source_mapping_id}" for q in queues),
+        )
+        if queues:
+            producer.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"],
+                    resources=[q.event_source.event_source_mapping_arn for q in queues],
+                )
+            )
         if authorizer is None and config.auth_mode == "jwt":
             assert config.jwt_issuer_url
             assert config.jwt_audience
@@ -119,8 +138,19 @@ class AijobsStack(Stack):
                 **alert_env,
                 **queue_env,
                 **config.cron_settings_env(),
+                **event_source_mappings_env(
+                    config, {q.kind: q.event_source.event_source_mapping_id for q in queues}
+                ),
             },
         )
+        # Adaptive concurrency: the cron reads and sets MaximumConcurrency on these mappings only.
+        if not config.consumer_reserved_concurrency and queues:
+            dispatcher.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"],
+                    resources=[q.event_source.event_source_mapping_arn for q in queues],
+                )
+            )
         # Retries and the dead-letter queue of scheduled invocations: see the Schedules construct.
         schedules = Schedules(self, "Schedules", config=config, dispatcher=dispatcher)
 
@@ -129,6 +159,7 @@ class AijobsStack(Stack):
             "api": producer,
             "dlq-consumer": dead_letters.consumer,
             "cron-dispatcher": dispatcher,
+            "webhook-consumer": webhooks.consumer,
             **{f"{q.kind}-consumer": q.consumer for q in queues},
         }
         for name, fn in watched.items():
@@ -141,6 +172,12 @@ class AijobsStack(Stack):
             name="dlq-parking",
             description="A dead letter the DLQ consumer could not handle was parked; see README, "
             "'Operating the DLQ'",
+        )
+        alerts.watch_parked(
+            webhooks.dlq,
+            name="webhook-dead-letters",
+            description="A webhook delivery was given up after its last attempt (the receiver kept "
+            "failing); see README, 'Webhooks'",
         )
         if schedules.dead_letter_queue is not None:
             alerts.watch_parked(
@@ -161,6 +198,11 @@ class AijobsStack(Stack):
         )
 
         # Grants: each function gets what its role needs, through grant_* only.
+        for fn in (producer, dispatcher, dead_letters.consumer, *(q.consumer for q in queues)):
+            webhooks.queue.grant_send_messages(fn)  # a finished job's webhook delivery
+        tables.grant_webhook_secrets(producer)
+        tables.grant_callback_rows(webhooks.consumer)
+        tables.grant_meta_read(webhooks.consumer)
         for job_queue in queues:
             job_queue.queue.grant_send_messages(producer)
             job_queue.queue.grant_send_messages(dispatcher)
@@ -175,6 +217,10 @@ class AijobsStack(Stack):
         for fn in (dispatcher, *(q.consumer for q in queues)):
             tables.grant_meta_read(fn)
         tables.grant_cron_run_records(dispatcher)
+        tables.grant_flow_records(dispatcher, state=True)
+        for job_queue in queues:
+            tables.grant_flow_records(job_queue.consumer, state=False)
+            tables.grant_spend_records(job_queue.consumer)
         # The operator-visible dead-letter list lives in the meta table.
         tables.grant_dead_letter_records(dead_letters.consumer)
         # With JWT auth the producer gives a new identity its tenant on its first request.
@@ -212,7 +258,7 @@ class AijobsStack(Stack):
                 bucket=storage.bucket,
                 bucket_prefixes=(INPUTS_PREFIX, RESULTS_PREFIX),
             )
-        for fn in (dead_letters.consumer, dispatcher):
+        for fn in (dead_letters.consumer, dispatcher, webhooks.consumer):
             acknowledge_grant_wildcards(fn, tables=tables.all_tables)
 
         CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the HTTP API")
@@ -227,6 +273,12 @@ class AijobsStack(Stack):
             CfnOutput(self, f"DlqUrl{binding}", value=job_queue.dlq.queue_url)
             CfnOutput(self, f"ConsumerFunction{binding}", value=job_queue.consumer.function_name)
         CfnOutput(self, "CronDispatcherFunction", value=dispatcher.function_name)
+        if config.spend_daily_cap_usd:  # the spend brake, for `aijobs spend`
+            CfnOutput(self, "SpendDailyCapUsd", value=config.spend_daily_cap_usd)
+            CfnOutput(self, "SpendTimeZone", value=config.spend_time_zone)
         CfnOutput(self, "DlqParkingUrl", value=parking.queue.queue_url)
+        CfnOutput(self, "WebhookQueueUrl", value=webhooks.queue.queue_url)
+        CfnOutput(self, "WebhookDlqUrl", value=webhooks.dlq.queue_url)
+        CfnOutput(self, "WebhookConsumerFunction", value=webhooks.consumer.function_name)
         if schedules.dead_letter_queue is not None:
             CfnOutput(self, "CronDeadLetterQueueUrl", value=schedules.dead_letter_queue.queue_url)

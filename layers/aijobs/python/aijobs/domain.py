@@ -72,6 +72,9 @@ class Job(BaseModel):
     cost: float | None = None
     dead_lettered: bool = False
     reruns: int = 0
+    # The last ATTEMPT_LOG_SIZE ends of attempts (aijobs.store.jobs.attempt_entry), oldest first:
+    # the operator console's timeline. Kept across re-runs.
+    attempt_log: list[dict[str, Any]] = Field(default_factory=list)
     # Credits: the price reserved at submit, and whether it was settled or refunded since.
     price: int = 0
     charge_state: str | None = None
@@ -92,6 +95,14 @@ class Job(BaseModel):
     # Credits: a parent pays `base_price` plus `child_price` per child that succeeded.
     base_price: int = 0
     child_price: int = 0
+    # A webhook (aijobs.webhooks): where the final outcome is POSTed, and that delivery's state
+    # (`pending` from the final transition on, then `delivered` or `failed`).
+    callback_url: str | None = None
+    callback_state: str | None = None
+    callback_attempts: int = 0
+    callback_status: int | None = None
+    callback_error: str | None = None
+    callback_at: datetime | None = None
 
     @property
     def is_parent(self) -> bool:

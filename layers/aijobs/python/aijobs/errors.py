@@ -148,8 +148,30 @@ class PaymentRequiredError(RequestError):
     status, code = 402, "insufficient_credits"
 
 
+class SpendCapReachedError(PaymentRequiredError):
+    """The tenant's model spend today reached its own daily cap (aijobs.spend)."""
+
+    code = "spend_cap_reached"
+
+
+class ForbiddenError(RequestError):
+    """Authenticated, but the key's role may not do this (an operator route with a user key)."""
+
+    status, code = 403, "forbidden"
+
+
 class NotFoundError(RequestError):
     status, code = 404, "not_found"
+
+
+class RateLimitedError(RequestError):
+    """Too many calls from one key (the operator routes); retry after `retry_after` seconds."""
+
+    status, code = 429, "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message, details={"retryAfter": round(retry_after, 1)})
+        self.retry_after = retry_after
 
 
 class ConflictError(RequestError):

@@ -33,6 +33,10 @@ METRIC_FAILED_FINAL = "JobsFailedFinal"
 METRIC_DURATION = "JobDuration"
 METRIC_POISON = "PoisonMessages"
 METRIC_CONSUMER_PAUSED = "ConsumerPaused"
+# A job re-sent to wait because its tenant is at its running cap (per-tenant fairness).
+METRIC_TENANT_HELD = "TenantCapHeld"
+# A job re-sent to wait because the stage (or its tenant) reached its daily spend cap (aijobs.spend).
+METRIC_SPEND_HELD = "SpendCapHeld"
 METRIC_CRON_SUCCEEDED = "CronRunSucceeded"
 METRIC_CRON_FAILED = "CronRunFailed"
 METRIC_CRON_SKIPPED = "CronRunSkipped"
@@ -43,6 +47,9 @@ METRIC_CREDITS_EXPIRED = "CreditGrantsExpired"
 # USD a succeeded job spent on its model (aijobs.pricing), dimensions kind + model. CloudWatch has
 # no currency unit, so the unit is None and the value is dollars.
 METRIC_MODEL_SPEND = "ModelSpend"
+# A kind's consumer MaximumConcurrency after each adaptive concurrency run (aijobs.flow); the
+# ceiling when its mapping has none.
+METRIC_CONSUMER_CONCURRENCY = "ConsumerConcurrency"
 
 SERVICE_DIMENSION = "service"
 CRON_DIMENSION = "cron"
@@ -60,6 +67,9 @@ METRIC_DIMENSIONS: dict[str, tuple[str, ...]] = {
     METRIC_DURATION: (KIND_DIMENSION,),
     METRIC_POISON: (KIND_DIMENSION,),
     METRIC_CONSUMER_PAUSED: (KIND_DIMENSION,),
+    METRIC_CONSUMER_CONCURRENCY: (KIND_DIMENSION,),
+    METRIC_TENANT_HELD: (KIND_DIMENSION,),
+    METRIC_SPEND_HELD: (KIND_DIMENSION,),
     METRIC_MODEL_SPEND: (KIND_DIMENSION, MODEL_DIMENSION),
     METRIC_CRON_SUCCEEDED: (CRON_DIMENSION,),
     METRIC_CRON_FAILED: (CRON_DIMENSION,),

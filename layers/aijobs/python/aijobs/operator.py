@@ -17,7 +17,7 @@ from aijobs.observability import logger
 from aijobs.queues import JobQueues
 from aijobs.store.jobs import PHASE_CHILDREN, JobStore
 from aijobs.store.tenants import Directory
-from aijobs.workflows.fanin import MERGE_HOLD, notify_parent, try_merge
+from aijobs.workflows.fanin import MERGE_HOLD, after_final, try_merge
 
 # Statuses an operator may re-run. `failed_retryable` covers a job stranded between attempts.
 RERUNNABLE = (JobStatus.FAILED_FINAL, JobStatus.FAILED_RETRYABLE)
@@ -115,7 +115,7 @@ class Operator:
         finished = store.fail_final(
             job, now=self.clock(), error_class="operator", message=reason, own_claim=False
         )
-        notify_parent(store, self.queues, finished, self.clock())
+        after_final(store, self.queues, finished, self.clock())
         logger.info("operator marked job failed_final", extra={"jobId": job_id, "userId": user_id})
         return finished
 

@@ -16,24 +16,31 @@ from aijobs.domain import utcnow
 from aijobs.providers.registry import reset_providers
 from aijobs.queues import JobQueues
 from aijobs.settings import (
+    ApiSettings,
     ConsumerSettings,
     CronSettings,
     DlqSettings,
     FunctionSettings,
+    WebhookSettings,
     api_settings,
     consumer_settings,
     cron_settings,
     dlq_settings,
+    webhook_settings,
 )
 from aijobs.store.tenants import Directory
 
 # Each factory imports its own function's code: a handler's import graph holds nothing of the
 # other functions (tests/unit/test_import_graph.py), which keeps every cold start to its own path.
 if TYPE_CHECKING:
+    from aijobs.api.admin import AdminService
     from aijobs.api.service import JobService
     from aijobs.consumer.dispatcher import Consumer
     from aijobs.dead_letters import DeadLetterConsumer
     from aijobs.scheduled.context import CronContext
+    from aijobs.spend import SpendBrake
+    from aijobs.webhooks.delivery import WebhookConsumer
+    from aijobs.webhooks.urls import Resolver
 
 
 def directory(settings: FunctionSettings) -> Directory:
@@ -52,9 +59,11 @@ def consumer() -> Consumer:
 def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = utcnow) -> Consumer:
     from aijobs.consumer.control import ConsumerControl
     from aijobs.consumer.dispatcher import Consumer
+    from aijobs.consumer.meter import ThrottleMeter
     from aijobs.consumer.registry import QUEUE_HANDLERS
     from aijobs.consumer.retry import RetryPolicy
     from aijobs.providers.registry import build_provider
+    from aijobs.store.flow import FlowRecords
     from aijobs.store.results import ResultStore
 
     return Consumer(
@@ -65,6 +74,7 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
             aws.sqs(),
             {settings.queue_name: settings.queue_url, **settings.linked_queue_urls},
             {settings.queue_name: settings.dlq_url},
+            webhook_url=settings.webhook_queue_url,
         ),
         results=ResultStore(aws.s3(), settings.bucket_name),
         provider=build_provider(settings.provider, settings, bucket=settings.bucket_name),
@@ -81,6 +91,24 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
         recheck=timedelta(seconds=settings.provider_recheck_seconds),
         hold=timedelta(seconds=settings.stuck_queued_seconds),
         clock=clock,
+        tenant_max_running=settings.tenant_max_running,
+        tenant_hold=timedelta(seconds=settings.tenant_hold_seconds),
+        meter=ThrottleMeter(
+            FlowRecords(aws.dynamodb().Table(settings.meta_table_name)), settings.queue_name, clock
+        ),
+        spend=spend_brake(settings, clock),
+    )
+
+
+def spend_brake(settings: ApiSettings | ConsumerSettings, clock: Callable[[], datetime]) -> SpendBrake | None:
+    """The stage's spend brake; None (no calls at all) without SPEND_DAILY_CAP_USD."""
+    from aijobs.spend import build_brake
+
+    return build_brake(
+        aws.dynamodb().Table(settings.meta_table_name),
+        settings.spend_daily_cap_usd,
+        settings.spend_time_zone,
+        clock,
     )
 
 
@@ -89,11 +117,13 @@ def api_service() -> JobService:
     from aijobs.api.service import JobService
     from aijobs.providers.registry import build_provider
     from aijobs.store.results import ResultStore
+    from aijobs.webhooks.secrets import WebhookSecrets
+    from aijobs.webhooks.urls import UrlPolicy
 
     settings = api_settings()
     return JobService(
         directory=directory(settings),
-        queues=JobQueues(aws.sqs(), settings.queue_urls),
+        queues=JobQueues(aws.sqs(), settings.queue_urls, webhook_url=settings.webhook_queue_url),
         results=ResultStore(aws.s3(), settings.bucket_name),
         provider=build_provider(settings.provider, settings, bucket=settings.bucket_name),
         provider_name=settings.provider,
@@ -102,6 +132,37 @@ def api_service() -> JobService:
         clock=utcnow,
         prices=settings.kind_prices,
         auth_mode=settings.auth_mode,
+        spend=spend_brake(settings, utcnow),
+        webhook_secrets=WebhookSecrets(aws.dynamodb().Table(settings.meta_table_name), utcnow),
+        webhook_policy=UrlPolicy(
+            allow_http=settings.stage == "local", allow_loopback=settings.webhook_allow_loopback
+        ),
+    )
+
+
+@cache
+def admin_service() -> AdminService:
+    """The operator routes' logic (aijobs.api.admin), next to the API's own service."""
+    from aijobs.api.admin import AdminService
+    from aijobs.mappings import ConsumerControl
+    from aijobs.operator import Operator
+    from aijobs.store.spend import SpendRecords
+
+    settings = api_settings()
+    jobs = api_service()
+    meta = aws.dynamodb().Table(settings.meta_table_name)
+    return AdminService(
+        directory=jobs.directory,
+        operator=Operator(jobs.directory, jobs.queues, utcnow),
+        meta=meta,
+        sqs=aws.sqs(),
+        queue_urls=settings.queue_urls,
+        control=ConsumerControl(aws.lambda_()),
+        mappings=settings.consumer_mappings,
+        spend=SpendRecords(meta),
+        spend_zone=settings.spend_time_zone,
+        spend_counted=bool(settings.spend_daily_cap_usd.strip()),
+        clock=utcnow,
     )
 
 
@@ -122,7 +183,7 @@ def build_dead_letter_consumer(
         alerts=Alerts(aws.sns(), settings.alert_topic_arn),
         clock=clock,
         kinds_by_queue=settings.dead_letter_kinds,
-        queues=JobQueues(aws.sqs(), settings.linked_queue_urls),
+        queues=JobQueues(aws.sqs(), settings.linked_queue_urls, webhook_url=settings.webhook_queue_url),
     )
 
 
@@ -132,19 +193,58 @@ def cron_context() -> CronContext:
 
 
 def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = utcnow) -> CronContext:
+    from aijobs.mappings import ConsumerControl
     from aijobs.scheduled.context import CronContext
 
     return CronContext(
         stage=settings.stage,
         directory=directory(settings),
         meta=aws.dynamodb().Table(settings.meta_table_name),
-        queues=JobQueues(aws.sqs(), settings.queue_urls),
+        queues=JobQueues(aws.sqs(), settings.queue_urls, webhook_url=settings.webhook_queue_url),
         alerts=Alerts(aws.sns(), settings.alert_topic_arn),
         kinds=settings.queue_names,
         max_attempts=settings.max_retries + 1,
         lease=timedelta(seconds=settings.job_lease_seconds),
         recheck=timedelta(seconds=settings.provider_recheck_seconds),
         stuck_after=timedelta(seconds=settings.stuck_queued_seconds),
+        clock=clock,
+        control=ConsumerControl(aws.lambda_()),
+        mappings=settings.event_source_mappings,
+        flow=settings.flow,
+    )
+
+
+@cache
+def webhook_consumer() -> WebhookConsumer:
+    return build_webhook_consumer(webhook_settings())
+
+
+def build_webhook_consumer(
+    settings: WebhookSettings,
+    clock: Callable[[], datetime] = utcnow,
+    resolver: Resolver | None = None,
+) -> WebhookConsumer:
+    """`resolver`: the host -> addresses lookup (tests inject one; the system resolver by default)."""
+    from aijobs.webhooks.delivery import WEBHOOK_QUEUE, Backoff, WebhookConsumer
+    from aijobs.webhooks.secrets import WebhookSecrets
+    from aijobs.webhooks.transport import Poster
+    from aijobs.webhooks.urls import UrlPolicy, system_resolver
+
+    return WebhookConsumer(
+        directory=directory(settings),
+        secrets=WebhookSecrets(aws.dynamodb().Table(settings.meta_table_name), clock),
+        queues=JobQueues(
+            aws.sqs(), {WEBHOOK_QUEUE: settings.webhook_queue_url}, {WEBHOOK_QUEUE: settings.webhook_dlq_url}
+        ),
+        poster=Poster(
+            policy=UrlPolicy(allow_http=settings.allow_http, allow_loopback=settings.allow_loopback),
+            timeout_seconds=settings.timeout_seconds,
+            resolver=resolver or system_resolver,
+        ),
+        backoff=Backoff(settings.retry_base_delay_seconds, settings.retry_max_delay_seconds),
+        max_attempts=settings.max_attempts,
+        # Longer than one POST can take, so a live attempt is never taken over.
+        lease=timedelta(seconds=settings.timeout_seconds + 30),
         clock=clock,
     )
 
@@ -158,8 +258,11 @@ def reset_runtime() -> None:
         cron_settings,
         consumer,
         api_service,
+        admin_service,
         dead_letter_consumer,
         cron_context,
+        webhook_settings,
+        webhook_consumer,
     ):
         factory.cache_clear()
     aws.reset_clients()

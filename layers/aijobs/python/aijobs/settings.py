@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from functools import cache
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from aijobs.flow import FlowSettings
 from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
-from aijobs.stage_config import DEAD_LETTER_QUEUES, binding_name, parse_prices, split_list
+from aijobs.stage_config import (
+    DEAD_LETTER_QUEUES,
+    ESM_MAX_CONCURRENCY_MAX,
+    EVENT_SOURCE_MAPPINGS,
+    binding_name,
+    parse_prices,
+    split_list,
+)
 
 
 class FunctionSettings(BaseModel):
@@ -60,6 +69,14 @@ class _QueueSettings(FunctionSettings):
         }
 
 
+class _WebhookQueueSettings(BaseModel):
+    """Functions that finish jobs queue each finished job's webhook delivery (aijobs.webhooks)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    webhook_queue_url: str = Field(validation_alias="WEBHOOK_QUEUE_URL", min_length=1)
+
+
 class _ProviderSettings(BaseModel):
     """Which provider and models serve each kind (the synth-time plan, see aijobs.provider_plan)."""
 
@@ -85,7 +102,24 @@ class _ProviderSettings(BaseModel):
         )
 
 
-class ApiSettings(_QueueSettings, _ProviderSettings):
+class _SpendSettings(BaseModel):
+    """The spend brake (aijobs.spend): SPEND_DAILY_CAP_USD empty means no brake at all."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    spend_daily_cap_usd: str = Field(validation_alias="SPEND_DAILY_CAP_USD")
+    spend_time_zone: str = Field(validation_alias="SPEND_TIME_ZONE", min_length=1)
+
+    @field_validator("spend_time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from aijobs.spend import time_zone
+
+        time_zone(value)  # an unknown zone fails at cold start, never at the first midnight
+        return value
+
+
+class ApiSettings(_QueueSettings, _ProviderSettings, _WebhookQueueSettings, _SpendSettings):
     """The HTTP API (producer) function."""
 
     @field_validator("kind_prices", mode="before")
@@ -99,9 +133,19 @@ class ApiSettings(_QueueSettings, _ProviderSettings):
     kind_prices: dict[str, int] = Field(validation_alias="KIND_PRICES")
     # api_key: the producer checks hashed keys; jwt: the gateway's JWT authorizer already did.
     auth_mode: Literal["api_key", "jwt"] = Field(validation_alias="AUTH_MODE")
+    # A callbackUrl may name a loopback host (the local stage's WEBHOOK_ALLOW_LOOPBACK=1).
+    webhook_allow_loopback: bool = Field(validation_alias="WEBHOOK_ALLOW_LOOPBACK")
+    # The console's pause/resume (aijobs.api.admin): kind -> its consumer's event-source mapping id,
+    # `kind=id;...`. Always set (unlike the cron's EVENT_SOURCE_MAPPINGS, empty on some stages).
+    consumer_mappings: dict[str, str] = Field(validation_alias="CONSUMER_MAPPINGS")
+
+    @field_validator("consumer_mappings", mode="before")
+    @classmethod
+    def _parse_consumer_mappings(cls, value: Any) -> Any:
+        return kind_pairs("CONSUMER_MAPPINGS", value) if isinstance(value, str) else value
 
 
-class ConsumerSettings(FunctionSettings, _ProviderSettings):
+class ConsumerSettings(FunctionSettings, _ProviderSettings, _WebhookQueueSettings, _SpendSettings):
     """A queue consumer function: one per job kind, each running the shared dispatcher."""
 
     queue_name: str = Field(validation_alias="QUEUE_NAME", min_length=1)
@@ -116,6 +160,10 @@ class ConsumerSettings(FunctionSettings, _ProviderSettings):
     provider_recheck_seconds: int = Field(validation_alias="PROVIDER_RECHECK_SECONDS", ge=0)
     job_lease_seconds: int = Field(validation_alias="JOB_LEASE_SECONDS", ge=1)
     stuck_queued_seconds: int = Field(validation_alias="STUCK_QUEUED_SECONDS", ge=1)
+    # Per-tenant running cap per kind (0: none) and how long a job over it waits; see
+    # aijobs.consumer.fairness.
+    tenant_max_running: int = Field(default=0, validation_alias="TENANT_MAX_RUNNING", ge=0)
+    tenant_hold_seconds: int = Field(default=30, validation_alias="TENANT_HOLD_SECONDS", ge=1, le=900)
     # Other kinds' queues this consumer sends to: a workflow's children, or the workflows whose
     # children it runs (to queue their merge step). `LINKED_QUEUES` plus one `Q_*` URL each.
     linked_queue_urls: dict[str, str] = Field(default_factory=dict)
@@ -142,7 +190,7 @@ def _with_linked_queues(data: Any) -> Any:
     return {**data, "linked_queue_urls": {name: data[binding_name(name)] for name in names}}
 
 
-class DlqSettings(FunctionSettings):
+class DlqSettings(FunctionSettings, _WebhookQueueSettings):
     """The dead-letter consumer (it queues the merge step of a workflow whose last child died)."""
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
@@ -163,7 +211,7 @@ class DlqSettings(FunctionSettings):
         return {name: kind for kind, name in kind_pairs(DEAD_LETTER_QUEUES, value).items()}
 
 
-class CronSettings(_QueueSettings):
+class CronSettings(_QueueSettings, _WebhookQueueSettings):
     """The cron dispatcher (its jobs may re-queue work, so it knows the queues)."""
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
@@ -171,6 +219,53 @@ class CronSettings(_QueueSettings):
     job_lease_seconds: int = Field(validation_alias="JOB_LEASE_SECONDS", ge=1)
     provider_recheck_seconds: int = Field(validation_alias="PROVIDER_RECHECK_SECONDS", ge=0)
     stuck_queued_seconds: int = Field(validation_alias="STUCK_QUEUED_SECONDS", ge=1)
+    # Adaptive concurrency (aijobs.scheduled.concurrency): kind -> its consumer's mapping id.
+    event_source_mappings: dict[str, str] = Field(validation_alias=EVENT_SOURCE_MAPPINGS)
+    queue_max_concurrency: int | None = Field(validation_alias="QUEUE_MAX_CONCURRENCY", ge=1)
+    throttle_narrow_percent: int = Field(validation_alias="THROTTLE_NARROW_PERCENT", ge=1, le=100)
+    throttle_narrow_min: int = Field(validation_alias="THROTTLE_NARROW_MIN", ge=1)
+    throttle_window_minutes: int = Field(validation_alias="THROTTLE_WINDOW_MINUTES", ge=1)
+    concurrency_cooldown_seconds: int = Field(validation_alias="CONCURRENCY_COOLDOWN_SECONDS", ge=0)
+    concurrency_quiet_seconds: int = Field(validation_alias="CONCURRENCY_QUIET_SECONDS", ge=0)
+    concurrency_step: int = Field(validation_alias="CONCURRENCY_STEP", ge=1)
+
+    @field_validator("event_source_mappings", mode="before")
+    @classmethod
+    def _parse_mappings(cls, value: Any) -> Any:
+        return kind_pairs(EVENT_SOURCE_MAPPINGS, value) if isinstance(value, str) else value
+
+    @field_validator("queue_max_concurrency", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def flow(self) -> FlowSettings:
+        return FlowSettings(
+            ceiling=self.queue_max_concurrency or ESM_MAX_CONCURRENCY_MAX,
+            narrow_percent=self.throttle_narrow_percent,
+            narrow_min_throttles=self.throttle_narrow_min,
+            window=timedelta(minutes=self.throttle_window_minutes),
+            cooldown=timedelta(seconds=self.concurrency_cooldown_seconds),
+            quiet=timedelta(seconds=self.concurrency_quiet_seconds),
+            step=self.concurrency_step,
+        )
+
+
+class WebhookSettings(FunctionSettings, _WebhookQueueSettings):
+    """The webhook consumer (aijobs.webhooks.delivery)."""
+
+    webhook_dlq_url: str = Field(validation_alias="WEBHOOK_DLQ_URL", min_length=1)
+    timeout_seconds: int = Field(validation_alias="WEBHOOK_TIMEOUT_SECONDS", ge=1, le=30)
+    max_attempts: int = Field(validation_alias="WEBHOOK_MAX_ATTEMPTS", ge=1)
+    retry_base_delay_seconds: int = Field(validation_alias="WEBHOOK_RETRY_BASE_DELAY_SECONDS", ge=0)
+    retry_max_delay_seconds: int = Field(validation_alias="WEBHOOK_RETRY_MAX_DELAY_SECONDS", ge=1)
+    allow_loopback: bool = Field(validation_alias="WEBHOOK_ALLOW_LOOPBACK")
+
+    @property
+    def allow_http(self) -> bool:
+        """Plain http callbacks: the local stage only (a receiver on the developer's machine)."""
+        return self.stage == "local"
 
 
 @cache
@@ -191,3 +286,8 @@ def dlq_settings() -> DlqSettings:
 @cache
 def cron_settings() -> CronSettings:
     return CronSettings.from_env()
+
+
+@cache
+def webhook_settings() -> WebhookSettings:
+    return WebhookSettings.from_env()

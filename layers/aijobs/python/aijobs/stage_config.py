@@ -28,7 +28,9 @@ DLQ_SUFFIX = "-dlq"
 # Queues of the stage itself, named like a kind's outside production: no kind may take their names.
 PARKING_QUEUE = "dlq-parking"
 CRON_DEAD_LETTER_QUEUE = "cron-dead-letters"
-RESERVED_QUEUE_NAMES = (PARKING_QUEUE, CRON_DEAD_LETTER_QUEUE)
+# Webhook deliveries (aijobs.webhooks): `aijobs-<stage>-webhooks` and its `-dlq`.
+WEBHOOK_QUEUE = "webhooks"
+RESERVED_QUEUE_NAMES = (PARKING_QUEUE, CRON_DEAD_LETTER_QUEUE, WEBHOOK_QUEUE)
 # SQS caps a queue's visibility timeout at 12 hours.
 SQS_VISIBILITY_MAX_SECONDS = 12 * 60 * 60
 # Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
@@ -41,6 +43,8 @@ ESM_MAX_CONCURRENCY_MAX = 1000
 # so it allows this many receives beyond the budget.
 RECEIVE_HEADROOM = 5
 LEASE_MARGIN_SECONDS = 30
+# Webhook deliveries per consumer invocation (each POST waits up to WEBHOOK_TIMEOUT_SECONDS).
+WEBHOOK_BATCH_SIZE = 5
 
 _QUEUE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
 _STAGE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
@@ -83,6 +87,24 @@ INT_KEYS: dict[str, _IntKey] = {
     "THROTTLE_DELAY_SECONDS": _IntKey(60, 0, 43_200, "back-off of a 429 without Retry-After (doubles)"),
     "PROVIDER_RECHECK_SECONDS": _IntKey(30, 0, 900, "re-check interval of a provider task still running"),
     "STUCK_QUEUED_SECONDS": _IntKey(900, 1, 86_400, "age at which the sweeper re-sends a queued job"),
+    "TENANT_MAX_RUNNING": _IntKey(
+        0, 0, 10_000, "jobs of one tenant running at once, per kind (0: no cap; per tenant: aijobs tenants)"
+    ),
+    "TENANT_HOLD_SECONDS": _IntKey(
+        30, 1, 900, "how long a job of a tenant at its running cap waits before it is tried again"
+    ),
+    # Adaptive concurrency (aijobs.flow): when a kind narrows, how long it waits to widen, by how much.
+    "THROTTLE_NARROW_PERCENT": _IntKey(10, 1, 100, "share of attempts throttled (429) that narrows a kind"),
+    "THROTTLE_NARROW_MIN": _IntKey(5, 1, 10_000, "throttled attempts in the window needed to narrow"),
+    "THROTTLE_WINDOW_MINUTES": _IntKey(5, 1, 60, "minutes of throttle counters each decision reads"),
+    "CONCURRENCY_COOLDOWN_SECONDS": _IntKey(180, 0, 3600, "least time between two narrowings (or widenings)"),
+    "CONCURRENCY_QUIET_SECONDS": _IntKey(600, 0, 3600, "time without a throttle before a kind widens"),
+    "CONCURRENCY_STEP": _IntKey(2, 1, 100, "how much a kind's MaximumConcurrency widens per step"),
+    # Webhooks (aijobs.webhooks): a job's final outcome POSTed to its callbackUrl.
+    "WEBHOOK_TIMEOUT_SECONDS": _IntKey(10, 1, 30, "how long one webhook POST may take (connect + answer)"),
+    "WEBHOOK_MAX_ATTEMPTS": _IntKey(10, 1, 30, "webhook attempts on 5xx/408/429/timeouts before giving up"),
+    "WEBHOOK_RETRY_BASE_DELAY_SECONDS": _IntKey(30, 0, 3600, "first webhook back-off (doubles, with jitter)"),
+    "WEBHOOK_RETRY_MAX_DELAY_SECONDS": _IntKey(3600, 1, 43_200, "longest webhook back-off"),
     # 0 (the default) derives the lease from the consumer timeout; see StageConfig.job_lease_seconds.
     "JOB_LEASE_SECONDS": _IntKey(
         0, 0, 43_200, "how long a claimed job is held before another consumer may take it"
@@ -104,6 +126,10 @@ OPTIONAL_KEYS = (
     "AUTH_MODE",
     "JWT_ISSUER_URL",
     "JWT_AUDIENCE",
+    "SPEND_DAILY_CAP_USD",
+    "SPEND_TIME_ZONE",
+    # 1: webhooks may call 127.0.0.1/::1 (the local stage only; every other stage refuses it).
+    "WEBHOOK_ALLOW_LOOPBACK",
 )
 AUTH_MODES = ("api_key", "jwt")
 PROVIDERS = PROVIDER_NAMES
@@ -159,6 +185,27 @@ def queue_name_of(url_or_arn: str) -> str:
 DEAD_LETTER_QUEUES = "DEAD_LETTER_QUEUES"
 
 
+# The cron's map of the consumers' event-source mappings: `EVENT_SOURCE_MAPPINGS=kind=mapping-id;...`
+# (UUIDs from the stack; the local stack's own ids). Empty with QUEUE_MAX_CONCURRENCY=1.
+EVENT_SOURCE_MAPPINGS = "EVENT_SOURCE_MAPPINGS"
+FLOW_KEYS = (
+    "THROTTLE_NARROW_PERCENT",
+    "THROTTLE_NARROW_MIN",
+    "THROTTLE_WINDOW_MINUTES",
+    "CONCURRENCY_COOLDOWN_SECONDS",
+    "CONCURRENCY_QUIET_SECONDS",
+    "CONCURRENCY_STEP",
+)
+
+
+def event_source_mappings_env(config: StageConfig, mapping_ids: Mapping[str, str]) -> dict[str, str]:
+    """`EVENT_SOURCE_MAPPINGS` from kind -> mapping id (ids may be CDK tokens): none when the stage
+    runs its consumers with reserved concurrency 1, which the controller never adjusts."""
+    if config.consumer_reserved_concurrency:
+        return {EVENT_SOURCE_MAPPINGS: ""}
+    return {EVENT_SOURCE_MAPPINGS: ";".join(f"{kind}={uuid}" for kind, uuid in mapping_ids.items())}
+
+
 def dead_letter_queues_env(dlq_names: Mapping[str, str]) -> dict[str, str]:
     """`DEAD_LETTER_QUEUES` from kind -> DLQ name (names may be CDK tokens)."""
     return {DEAD_LETTER_QUEUES: ";".join(f"{kind}={name}" for kind, name in dlq_names.items())}
@@ -200,8 +247,16 @@ class StageConfig:
     retry_max_delay_seconds: int
     throttle_delay_seconds: int
     provider_recheck_seconds: int
+    throttle_narrow_percent: int
+    throttle_narrow_min: int
+    throttle_window_minutes: int
+    concurrency_cooldown_seconds: int
+    concurrency_quiet_seconds: int
+    concurrency_step: int
     job_lease_seconds: int
     stuck_queued_seconds: int
+    tenant_max_running: int
+    tenant_hold_seconds: int
     provider: str
     kind_prices: tuple[tuple[str, int], ...] = ()
     # Provider and model per kind (plus `classify`); see aijobs.provider_plan.
@@ -214,6 +269,15 @@ class StageConfig:
     jwt_audience: str | None = None
     # An existing SNS topic that alarms and alerts go to instead of a topic the stack creates.
     alert_topic_arn: str | None = None
+    webhook_timeout_seconds: int = 10
+    webhook_max_attempts: int = 10
+    webhook_retry_base_delay_seconds: int = 30
+    webhook_retry_max_delay_seconds: int = 3600
+    webhook_allow_loopback: bool = False
+    # The spend brake (aijobs.spend): the stage's daily model-spend cap in USD ("": no brake) and
+    # the IANA time zone whose midnight starts a new day.
+    spend_daily_cap_usd: str = ""
+    spend_time_zone: str = "UTC"
 
     @property
     def is_production(self) -> bool:
@@ -253,8 +317,14 @@ class StageConfig:
             "PROVIDER": self.plan(CLASSIFY).provider,
             "AUTH_MODE": self.auth_mode,
             "KIND_PRICES": self.prices_setting,
+            "WEBHOOK_ALLOW_LOOPBACK": str(int(self.webhook_allow_loopback)),
             **self._provider_env(),
+            **self.spend_env(),
         }
+
+    def spend_env(self) -> dict[str, str]:
+        """The spend brake's keys, as the producer and the consumers read them."""
+        return {"SPEND_DAILY_CAP_USD": self.spend_daily_cap_usd, "SPEND_TIME_ZONE": self.spend_time_zone}
 
     @property
     def workflow_children(self) -> dict[str, str]:
@@ -281,7 +351,31 @@ class StageConfig:
             "THROTTLE_DELAY_SECONDS": str(self.throttle_delay_seconds),
             "PROVIDER_RECHECK_SECONDS": str(self.provider_recheck_seconds),
             "JOB_LEASE_SECONDS": str(self.lease_seconds),
+            **self.spend_env(),
+            "TENANT_MAX_RUNNING": str(self.tenant_max_running),
+            "TENANT_HOLD_SECONDS": str(self.tenant_hold_seconds),
         }
+
+    def webhook_settings_env(self) -> dict[str, str]:
+        """The webhook consumer's tuning (its queue URLs are added by whoever provisions)."""
+        return {
+            "WEBHOOK_TIMEOUT_SECONDS": str(self.webhook_timeout_seconds),
+            "WEBHOOK_MAX_ATTEMPTS": str(self.webhook_max_attempts),
+            "WEBHOOK_RETRY_BASE_DELAY_SECONDS": str(self.webhook_retry_base_delay_seconds),
+            "WEBHOOK_RETRY_MAX_DELAY_SECONDS": str(self.webhook_retry_max_delay_seconds),
+            "WEBHOOK_ALLOW_LOOPBACK": str(int(self.webhook_allow_loopback)),
+        }
+
+    @property
+    def webhook_max_receive_count(self) -> int:
+        """Receives of one delivery message before SQS dead-letters it: the attempt budget on the
+        row decides first (the consumer moves the message itself); this is headroom above it."""
+        return self.webhook_max_attempts + RECEIVE_HEADROOM
+
+    @property
+    def webhook_consumer_timeout_seconds(self) -> int:
+        """The webhook consumer's Lambda timeout: a batch of WEBHOOK_BATCH_SIZE POSTs, one by one."""
+        return WEBHOOK_BATCH_SIZE * self.webhook_timeout_seconds + 10
 
     def dlq_settings_env(self) -> dict[str, str]:
         # A dead child may be its workflow's last: the DLQ consumer queues the parent's merge.
@@ -293,6 +387,9 @@ class StageConfig:
             "JOB_LEASE_SECONDS": str(self.lease_seconds),
             "PROVIDER_RECHECK_SECONDS": str(self.provider_recheck_seconds),
             "STUCK_QUEUED_SECONDS": str(self.stuck_queued_seconds),
+            # Adaptive concurrency: its ceiling (empty: the mapping's maximum) and thresholds.
+            "QUEUE_MAX_CONCURRENCY": str(self.queue_max_concurrency or ""),
+            **{key: str(getattr(self, key.lower())) for key in FLOW_KEYS},
         }
 
     @property
@@ -373,6 +470,8 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         queue_max_concurrency=_max_concurrency(values.get("QUEUE_MAX_CONCURRENCY")),
         alert_email=_email(values.get("ALERT_EMAIL")),
         alert_topic_arn=_topic_arn(values.get("ALERT_TOPIC_ARN")),
+        spend_daily_cap_usd=_spend_cap(values.get("SPEND_DAILY_CAP_USD")),
+        spend_time_zone=_spend_time_zone(values.get("SPEND_TIME_ZONE")),
         provider=_default_provider(stage, values.get("PROVIDER")),
         kind_prices=_prices(values.get("KIND_PRICES"), queue_names),
         provider_plans=plans,
@@ -381,6 +480,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         auth_mode=auth_mode,
         jwt_issuer_url=jwt_issuer_url,
         jwt_audience=jwt_audience,
+        webhook_allow_loopback=_allow_loopback(stage, values.get("WEBHOOK_ALLOW_LOOPBACK")),
         **ints,
     )
     if config.job_lease_seconds and config.job_lease_seconds < config.consumer_timeout_seconds:
@@ -459,6 +559,20 @@ def _int(values: Mapping[str, str | None], key: str, spec: _IntKey) -> int:
     return number
 
 
+def _allow_loopback(stage: str, raw: str | None) -> bool:
+    """WEBHOOK_ALLOW_LOOPBACK: `1` (or `0`/empty); only the local stage may let webhooks reach its
+    own loopback (a receiver on the developer's machine)."""
+    text = (raw or "").strip()
+    if text not in ("", "0", "1"):
+        raise ConfigError(f"WEBHOOK_ALLOW_LOOPBACK={text!r} must be 0 or 1")
+    if text == "1" and stage != "local":
+        raise ConfigError(
+            f"WEBHOOK_ALLOW_LOOPBACK=1 is for the local stage only; stage {stage!r} must not let "
+            "webhooks reach its own loopback"
+        )
+    return text == "1"
+
+
 def _max_concurrency(raw: str | None) -> int | None:
     text = (raw or "").strip()
     if not text:
@@ -469,6 +583,30 @@ def _max_concurrency(raw: str | None) -> int | None:
             f"{ESM_MAX_CONCURRENCY_MAX}"
         )
     return int(text)
+
+
+_USD = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+def _spend_cap(raw: str | None) -> str:
+    text = (raw or "").strip()
+    if text and not _USD.fullmatch(text):
+        raise ConfigError(
+            f"SPEND_DAILY_CAP_USD={text!r} must be empty (no spend brake) or an amount in USD "
+            "such as 250 or 12.5"
+        )
+    return text
+
+
+def _spend_time_zone(raw: str | None) -> str:
+    from aijobs.spend import time_zone
+
+    text = (raw or "").strip() or "UTC"
+    try:
+        time_zone(text)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return text
 
 
 def _email(raw: str | None) -> str | None:

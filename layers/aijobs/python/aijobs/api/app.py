@@ -14,17 +14,31 @@ import re
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from http import HTTPStatus
+from importlib import resources
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError as RouteNotFound
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
-from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from pydantic import BaseModel
 
+from aijobs.api.admin import AdminService, admin_job, admin_job_detail, as_utc, require_operator
+from aijobs.api.admin_schemas import (
+    AdminJobDetail,
+    AdminJobList,
+    BatchRerunRequest,
+    BatchRerunView,
+    ConsumerState,
+    DeadLetterList,
+    FailFinalRequest,
+    IsoTime,
+    Overview,
+    SpendView,
+)
 from aijobs.api.schemas import (
     ClassifyRequest,
     ClassifyResponse,
@@ -36,26 +50,35 @@ from aijobs.api.schemas import (
     JobView,
     PresignedUpload,
     UploadRequest,
+    WebhookSecretIssued,
+    WebhookSecretStatus,
 )
 from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, LONG_POLL_MAX_SECONDS, JobService, links
 from aijobs.domain import JobStatus
 from aijobs.errors import (
     BodyTooLargeError,
+    ConflictError,
     InputTooLargeError,
     InvalidBodyEncodingError,
     InvalidInputError,
     JsonTooDeepError,
     MethodNotAllowedError,
+    NotFoundError,
     ProviderError,
+    RateLimitedError,
     RequestError,
     ServiceUnavailableError,
     ThrottledError,
+    TransitionConflict,
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
 from aijobs.observability import logger
+from aijobs.store.tenants import Principal
 
-PUBLIC_PATHS = frozenset({"/openapi.json"})
+PUBLIC_PATHS = frozenset({"/openapi.json", "/console"})
+# The console's page loads its assets without a key (they hold no data); its data calls need one.
+PUBLIC_PREFIXES = ("/console/",)
 API_VERSION = "1"
 # Far above any legitimate request: the largest configurable inline input (256 KiB) with every
 # character JSON-escaped as \uXXXX is 1.5 MiB. Lambda itself would take up to 6 MB.
@@ -95,7 +118,7 @@ def _error_headers(status: int, retry_after: float | None = None) -> dict[str, s
     headers: dict[str, str] = {}
     if status == HTTPStatus.UNAUTHORIZED:
         headers["WWW-Authenticate"] = "Bearer"
-    if status == HTTPStatus.SERVICE_UNAVAILABLE:
+    if status in (HTTPStatus.SERVICE_UNAVAILABLE, HTTPStatus.TOO_MANY_REQUESTS):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after or 5)))
     return headers
 
@@ -116,7 +139,8 @@ def _error_response(
 def _authenticate(
     resolver: APIGatewayHttpResolver, next_middleware: Callable[..., Response[Any]]
 ) -> Response[Any]:
-    if resolver.current_event.path not in PUBLIC_PATHS:
+    path = resolver.current_event.path
+    if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
         event = resolver.current_event
         claims = event.raw_event.get("requestContext", {}).get("authorizer", {}).get("jwt", {}).get("claims")
         principal = service().authenticate(event.headers.get("authorization"), claims)
@@ -132,7 +156,8 @@ app.use([_authenticate])
 def _request_error(error: RequestError) -> Response[Any]:
     if isinstance(error, ServiceUnavailableError):
         logger.warning("request refused: dependency unavailable", extra={"code": error.code})
-    return _error_response(error.status, error.code, error.message, error.details)
+    retry_after = error.retry_after if isinstance(error, RateLimitedError) else None
+    return _error_response(error.status, error.code, error.message, error.details, retry_after=retry_after)
 
 
 # The synchronous path calls the provider inside the request: its classified errors become HTTP
@@ -185,7 +210,9 @@ def _unexpected(_error: Exception) -> Response[Any]:
 _ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "malformed JSON, body encoding, header or cursor; or JSON nested too deep",
     401: "missing or invalid API key",
-    402: "not enough credits",
+    402: "not enough credits (`insufficient_credits`), or your daily model-spend cap is reached "
+    "(`spend_cap_reached`)",
+    403: "the key is not an operator key",
     404: "no such job (or another user's)",
     409: "Idempotency-Key reused with another body, credits changed meanwhile, or the job already finished",
     413: "body or inline input too large",
@@ -194,12 +221,14 @@ _ERROR_DESCRIPTIONS: dict[int, str] = {
         "schema error (with field paths), unknown kind, a missing, foreign or oversized input object, "
         "an upload of a refused content type or size, or workflow options or an input it cannot split"
     ),
+    429: "too many operator calls from this key; retry after `Retry-After` seconds",
     500: "unexpected failure on our side",
     503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
 }
 _ERROR_HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
     503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+    429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
 }
 # Every authenticated operation can answer these; each route adds what its own logic can refuse.
 _COMMON_ERRORS = (401, 422, 500)
@@ -390,6 +419,42 @@ def get_credits(limit: Annotated[int, Query(ge=1, le=100)] = 20) -> CreditsView:
 
 
 @app.post(
+    "/webhooks/secret",
+    summary="Create or rotate your webhook signing secret (shown once)",
+    operation_id="rotateWebhookSecret",
+    tags=["webhooks"],
+    responses=_responses(
+        201, "the new secret; a replaced one still signs deliveries for 24 hours", 409,
+        model=WebhookSecretIssued,
+    ),
+)  # fmt: skip
+def rotate_webhook_secret() -> Response[WebhookSecretIssued]:
+    issued = service().rotate_webhook_secret(_principal())
+    body = WebhookSecretIssued(
+        secret=issued.secret, createdAt=issued.created_at, previousExpiresAt=issued.previous_expires_at
+    )
+    # The secret is in this answer only: no cache may keep it.
+    return Response(
+        status_code=201, content_type=content_types.APPLICATION_JSON, body=body,
+        headers={"Cache-Control": "no-store"},
+    )  # fmt: skip
+
+
+@app.get(
+    "/webhooks/secret",
+    summary="Whether you have a webhook signing secret (never the secret itself)",
+    operation_id="getWebhookSecret",
+    tags=["webhooks"],
+    responses=_responses(200, "whether a secret exists, and since when"),
+)
+def get_webhook_secret() -> WebhookSecretStatus:
+    status = service().webhook_secret(_principal())
+    return WebhookSecretStatus(
+        exists=status.exists, createdAt=status.created_at, previousExpiresAt=status.previous_expires_at
+    )
+
+
+@app.post(
     "/classify",
     summary="Classify a short text synchronously (no queue)",
     operation_id="classify",
@@ -401,6 +466,227 @@ def classify(body: ClassifyRequest) -> ClassifyResponse:
     result = service().classify(body.text)
     return ClassifyResponse(
         label=result.label, score=result.score, tags=list(result.tags), model=result.model
+    )
+
+
+# --- the operator routes and the console (aijobs.api.admin; README, "Console") ---------------------
+
+_admin_factory: Callable[[], AdminService] | None = None
+
+
+def configure_admin(factory: Callable[[], AdminService]) -> None:
+    """Tell the operator routes where their service comes from (the handler passes the runtime one)."""
+    global _admin_factory
+    _admin_factory = factory
+
+
+def _admin(route: str) -> tuple[AdminService, str]:
+    """The operator service and the caller's key id, after the role check and the rate limit."""
+    assert _admin_factory is not None, "aijobs.api.app.configure_admin() was not called"
+    admin = _admin_factory()
+    operator_id = require_operator(
+        _principal(), app.current_event.headers.get("authorization"), admin.limiter, route
+    )
+    return admin, operator_id
+
+
+_ADMIN_ERRORS = (403, 429)
+_UserId = Annotated[str, Path(min_length=1, max_length=128)]
+_JobId = Annotated[str, Path(min_length=1, max_length=40)]
+
+
+@app.get(
+    "/admin/overview",
+    summary="Each kind at a glance: backlog, oldest queued job, paused, the last hours (operators)",
+    operation_id="adminOverview",
+    tags=["admin"],
+    responses=_responses(200, "one entry per kind", *_ADMIN_ERRORS),
+)
+def admin_overview() -> Overview:
+    admin, _ = _admin("overview")
+    return admin.overview()
+
+
+@app.get(
+    "/admin/jobs",
+    summary="Jobs of every tenant, newest change first, filtered (operators)",
+    operation_id="adminListJobs",
+    tags=["admin"],
+    responses=_responses(200, "one page of jobs", 400, *_ADMIN_ERRORS),
+)
+def admin_list_jobs(
+    kind: Annotated[str | None, Query(max_length=80)] = None,
+    status: Annotated[JobStatus | None, Query()] = None,
+    error_class: Annotated[str | None, Query(alias="errorClass", max_length=80)] = None,
+    tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    since: Annotated[IsoTime | None, Query(description="changed after this time")] = None,
+    until: Annotated[IsoTime | None, Query(description="changed before this time")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 25,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> AdminJobList:
+    admin, _ = _admin("jobs")
+    jobs, next_cursor = admin.list_jobs(
+        kind=kind, status=status, error_class=error_class, tenant=tenant, since=as_utc(since),
+        until=as_utc(until), limit=limit, cursor=cursor,
+    )  # fmt: skip
+    return AdminJobList(jobs=[admin_job(job) for job in jobs], nextCursor=next_cursor)
+
+
+@app.get(
+    "/admin/jobs/<user_id>/<job_id>",
+    summary="One job of any tenant, with its attempt timeline (operators)",
+    operation_id="adminGetJob",
+    tags=["admin"],
+    responses=_responses(200, "the job", 404, *_ADMIN_ERRORS),
+)
+def admin_get_job(user_id: _UserId, job_id: _JobId) -> AdminJobDetail:
+    admin, _ = _admin("job")
+    return admin_job_detail(admin.job(user_id, job_id))
+
+
+@app.post(
+    "/admin/jobs/<user_id>/<job_id>/rerun",
+    summary="Re-run a failed job: a fresh attempt budget, queued again (operators)",
+    operation_id="adminRerunJob",
+    tags=["admin"],
+    responses=_responses(200, "the job, queued again", 404, 409, *_ADMIN_ERRORS),
+)
+def admin_rerun_job(user_id: _UserId, job_id: _JobId) -> AdminJobDetail:
+    admin, operator_id = _admin("rerun")
+    try:
+        return admin_job_detail(admin.rerun(user_id, job_id, operator_id))
+    except TransitionConflict:
+        raise ConflictError(f"job {job_id} cannot be re-run now", code="not_rerunnable") from None
+
+
+@app.post(
+    "/admin/jobs/<user_id>/<job_id>/fail-final",
+    summary="Give up on a job for good (operators)",
+    operation_id="adminFailFinal",
+    tags=["admin"],
+    responses=_responses(200, "the job, now failed_final", 400, 404, 409, 415, *_ADMIN_ERRORS),
+)
+def admin_fail_final(user_id: _UserId, job_id: _JobId, body: FailFinalRequest) -> AdminJobDetail:
+    admin, operator_id = _admin("fail-final")
+    try:
+        return admin_job_detail(admin.fail_final(user_id, job_id, body.reason, operator_id))
+    except TransitionConflict:
+        raise ConflictError(f"job {job_id} finished meanwhile", code="job_finished") from None
+
+
+@app.post(
+    "/admin/reruns",
+    summary="Re-run a kind's failed_final jobs after a fix; a dry run only counts them (operators)",
+    operation_id="adminBatchRerun",
+    tags=["admin"],
+    responses=_responses(200, "what matched, and what was re-run", 400, 415, *_ADMIN_ERRORS),
+)
+def admin_batch_rerun(body: BatchRerunRequest) -> BatchRerunView:
+    admin, operator_id = _admin("batch-rerun")
+    request = body.model_copy(update={"since": as_utc(body.since), "until": as_utc(body.until)})
+    return admin.rerun_batch(request, operator_id)
+
+
+@app.get(
+    "/admin/dead-letters",
+    summary="The dead-letter list, newest first (operators)",
+    operation_id="adminDeadLetters",
+    tags=["admin"],
+    responses=_responses(200, "the entries", *_ADMIN_ERRORS),
+)
+def admin_dead_letters(
+    kind: Annotated[str | None, Query(max_length=80)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> DeadLetterList:
+    admin, _ = _admin("dead-letters")
+    return DeadLetterList(deadLetters=admin.dead_letters(kind, limit))
+
+
+@app.post(
+    "/admin/kinds/<kind>/pause",
+    summary="Stop a kind's consumer (messages wait in the queue) (operators)",
+    operation_id="adminPauseKind",
+    tags=["admin"],
+    responses=_responses(200, "the consumer, paused", *_ADMIN_ERRORS),
+)
+def admin_pause(kind: Annotated[str, Path(max_length=80)]) -> ConsumerState:
+    admin, operator_id = _admin("pause")
+    return admin.set_paused(kind, True, operator_id)
+
+
+@app.post(
+    "/admin/kinds/<kind>/resume",
+    summary="Start a kind's consumer again (operators)",
+    operation_id="adminResumeKind",
+    tags=["admin"],
+    responses=_responses(200, "the consumer, consuming", *_ADMIN_ERRORS),
+)
+def admin_resume(kind: Annotated[str, Path(max_length=80)]) -> ConsumerState:
+    admin, operator_id = _admin("resume")
+    return admin.set_paused(kind, False, operator_id)
+
+
+@app.get(
+    "/admin/tenants/<user_id>/credits",
+    summary="A tenant's credit balance, grants and recent transactions (operators)",
+    operation_id="adminTenantCredits",
+    tags=["admin"],
+    responses=_responses(200, "the tenant's credits", 404, *_ADMIN_ERRORS),
+)
+def admin_tenant_credits(user_id: _UserId, limit: Annotated[int, Query(ge=1, le=100)] = 20) -> CreditsView:
+    admin, _ = _admin("credits")
+    if admin.directory.shard_for(user_id) is None:
+        raise NotFoundError(f"no tenant {user_id!r}")
+    return service().credits(Principal(user_id=user_id), limit=limit)
+
+
+@app.get(
+    "/admin/spend",
+    summary="The stage's model spend today (operators)",
+    operation_id="adminSpend",
+    tags=["admin"],
+    responses=_responses(200, "today's spend", *_ADMIN_ERRORS),
+)
+def admin_spend() -> SpendView:
+    admin, _ = _admin("spend")
+    return admin.spend_today()
+
+
+# The console is static: no inline script or style, nothing from elsewhere, no framing.
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+_CONSOLE_FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+}
+
+
+@lru_cache(maxsize=len(_CONSOLE_FILES))
+def _console_file(name: str) -> str:
+    return resources.files("aijobs.api").joinpath("console", name).read_text(encoding="utf-8")
+
+
+@app.get("/console", include_in_schema=False)
+def console_page() -> Response[str]:
+    return _console_response("index.html")
+
+
+@app.get("/console/<asset>", include_in_schema=False)
+def console_asset(asset: str) -> Response[Any]:
+    if asset not in _CONSOLE_FILES or asset == "index.html":
+        return _error_response(404, "route_not_found", "no such console file")
+    return _console_response(asset)
+
+
+def _console_response(name: str) -> Response[str]:
+    return Response(
+        status_code=200, content_type=_CONSOLE_FILES[name], body=_console_file(name), headers=CONSOLE_HEADERS
     )
 
 
@@ -430,9 +716,13 @@ def _openapi_document(kinds: tuple[str, ...]) -> str:
     )
     kind_schema = {"type": "string", "enum": list(kinds)}
     document["components"]["schemas"]["JobRequest"]["properties"]["kind"].update(kind_schema)
-    for parameter in document["paths"]["/jobs"]["get"].get("parameters", []):
-        if parameter["name"] == "kind":
-            parameter["schema"] = {**kind_schema, "title": "Kind"}
+    document["components"]["schemas"]["BatchRerunRequest"]["properties"]["kind"].update(kind_schema)
+    listings = [("/jobs", "get"), *[(path, method) for path in document["paths"] if path.startswith("/admin/")
+                                    for method in document["paths"][path]]]  # fmt: skip
+    for path, method in listings:
+        for parameter in document["paths"][path][method].get("parameters", []):
+            if parameter["name"] == "kind":
+                parameter["schema"] = {**kind_schema, "title": "Kind"}
     return json.dumps(document)
 
 

@@ -40,8 +40,14 @@ class JobRequest(BaseModel):
     )
     model: str | None = Field(default=None, max_length=120, description="provider model override")
     options: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
+    callbackUrl: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="an https URL that gets the job's final outcome as a signed POST (README, "
+        "'Webhooks'); create your signing secret first with `POST /webhooks/secret`",
+    )
 
-    _utf8 = field_validator("kind", "input", "inputRef", "model", "options")(require_utf8)
+    _utf8 = field_validator("kind", "input", "inputRef", "model", "options", "callbackUrl")(require_utf8)
 
     @model_validator(mode="after")
     def _one_input(self) -> JobRequest:
@@ -111,6 +117,20 @@ class ArtifactLink(BaseModel):
     url: str
 
 
+class CallbackView(BaseModel):
+    """The webhook delivery of a job's final outcome."""
+
+    url: str
+    state: Literal["waiting", "pending", "delivered", "failed"] = Field(
+        description="waiting: the job has not finished; pending: being delivered (retries included); "
+        "delivered: the receiver answered 2xx; failed: given up (see lastStatus / lastError)"
+    )
+    attempts: int
+    lastStatus: int | None = Field(default=None, description="the HTTP status of the last attempt")
+    lastError: str | None = None
+    updatedAt: datetime | None = None
+
+
 class JobView(BaseModel):
     """`GET /jobs/{jobId}`: the job as its owner sees it."""
 
@@ -134,6 +154,7 @@ class JobView(BaseModel):
     part: int | None = Field(default=None, description="this part's index in its parent (from 0)")
     phase: str | None = Field(default=None, description="a workflow's step: split, children or merge")
     progress: Progress | None = Field(default=None, description="a workflow's children so far")
+    callback: CallbackView | None = Field(default=None, description="the job's webhook, if it has one")
     links: Links
 
 
@@ -188,3 +209,21 @@ class CreditsView(BaseModel):
     grants: list[GrantView]
     transactions: list[TransactionView]
     prices: dict[str, int] = Field(description="credits per job of each kind")
+
+
+class WebhookSecretIssued(BaseModel):
+    """`POST /webhooks/secret`: the new signing secret, shown this once and never again."""
+
+    secret: str = Field(description="`whsec_...`: keep it where your receiver can read it")
+    createdAt: datetime
+    previousExpiresAt: datetime | None = Field(
+        default=None, description="until when the secret it replaced still signs deliveries (24 hours)"
+    )
+
+
+class WebhookSecretStatus(BaseModel):
+    """`GET /webhooks/secret`: whether you have a signing secret, never the secret itself."""
+
+    exists: bool
+    createdAt: datetime | None = None
+    previousExpiresAt: datetime | None = None

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from aijobs.api.schemas import (
     ArtifactLink,
+    CallbackView,
     CreditsView,
     GrantView,
     JobRequest,
@@ -37,6 +38,7 @@ from aijobs.errors import (
     PaymentRequiredError,
     ProviderError,
     ServiceUnavailableError,
+    SpendCapReachedError,
     TransitionConflict,
     UnauthorizedError,
     UnprocessableError,
@@ -48,6 +50,7 @@ from aijobs.observability import METRIC_ACCEPTED, emit, logger
 from aijobs.provider_plan import KindPlan
 from aijobs.providers.base import Classification, Provider
 from aijobs.queues import JobQueues
+from aijobs.spend import SpendBrake
 from aijobs.store.jobs import PHASE_SPLIT, IdempotencyKeyExists, JobStore, Page
 from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import (
@@ -59,7 +62,9 @@ from aijobs.store.results import (
     new_input_key,
 )
 from aijobs.store.tenants import Directory, Principal
-from aijobs.workflows.fanin import notify_parent
+from aijobs.webhooks.secrets import IssuedSecret, SecretStatus, WebhookSecrets
+from aijobs.webhooks.urls import CallbackUrlError, UrlPolicy, check_url
+from aijobs.workflows.fanin import after_final
 from aijobs.workflows.registry import WORKFLOWS
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -106,9 +111,14 @@ class JobService:
     # Provider and model per kind (aijobs.provider_plan): a job's `model` must be one of its kind's.
     plans: dict[str, KindPlan] = field(default_factory=dict)
     auth_mode: str = "api_key"
+    # The daily spend brake (aijobs.spend); None: the stage sets no SPEND_DAILY_CAP_USD.
+    spend: SpendBrake | None = None
     # Long-poll pacing (GET /jobs/{id}?wait=N); tests pass a fake clock and sleep.
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
+    # Webhooks (aijobs.webhooks): the tenants' signing secrets and what a callbackUrl may be.
+    webhook_secrets: WebhookSecrets | None = None
+    webhook_policy: UrlPolicy = field(default_factory=UrlPolicy)
 
     def authenticate(self, authorization: str | None, jwt_claims: dict[str, Any] | None = None) -> Principal:
         """The caller: from a hashed API key, or (AUTH_MODE=jwt) from the claims the gateway verified."""
@@ -156,12 +166,14 @@ class JobService:
             provider=self._plan_provider(request.kind),
             created_at=now,
             updated_at=now,
+            callback_url=request.callbackUrl,
         )
         job = self._priced(job, request, input_size)
         digest = request_hash(request)
         # No read of the Idempotency-Key first: the transaction that writes the job is conditional
         # on the key being new, and its cancellation says when it is not.
         try:
+            self._within_spend_cap(principal)
             job = self._create_paid(store, job, idempotency_key, digest)
         except IdempotencyKeyExists as existing:  # an earlier (or concurrent) request used the key
             return self._replay(store, principal, existing, digest), True
@@ -183,6 +195,7 @@ class JobService:
                 error_class="enqueue_failed",
                 message="the queue was unavailable",
                 own_claim=False,
+                callback=False,  # the client was answered 503: no webhook for this job
             )
             if idempotency_key is not None:
                 store.forget_idempotency(principal.user_id, idempotency_key)
@@ -192,6 +205,24 @@ class JobService:
         emit(METRIC_ACCEPTED, kind=job.kind)
         logger.info("job accepted", extra={"jobId": job.job_id, "kind": job.kind, "userId": job.user_id})
         return job, False
+
+    def _within_spend_cap(self, principal: Principal) -> None:
+        """A tenant past its own daily spend cap gets a 402 and nothing is written. The stage's
+        cap refuses nobody: its jobs are accepted and wait in the consumers."""
+        if self.spend is None:
+            return
+        profile = self.directory.profile(principal.user_id)
+        cap = profile.spend_cap_usd if profile is not None else None
+        spent = self.spend.tenant_over(principal.user_id, self.directory.shard_for(principal.user_id), cap)
+        if spent is None or cap is None:
+            return
+        resets = self.spend.resets_at()
+        raise SpendCapReachedError(
+            f"your model spend today ({spent} USD) reached your daily cap of {cap} USD; new jobs are "
+            f"accepted again at {resets.isoformat()} (midnight {self.spend.zone}), or when an operator "
+            "raises the cap",
+            details={"capUsd": str(cap), "spentUsd": str(spent), "resetsAt": resets.isoformat()},
+        )
 
     def _priced(self, job: Job, request: JobRequest, input_size: int | None) -> Job:
         """The job's price; a workflow's is its own plus its child kind's per part it will make
@@ -297,6 +328,8 @@ class JobService:
                 code="model_not_allowed",
                 details={"models": list(plan.choosable_models)},
             )
+        if request.callbackUrl is not None:
+            self._check_callback(principal, request.callbackUrl)
         if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise MalformedRequestError(
                 "Idempotency-Key must be 1-128 letters, digits or _.:-", code="invalid_idempotency_key"
@@ -346,6 +379,33 @@ class JobService:
                 )
             return stored
         return None
+
+    def _check_callback(self, principal: Principal, url: str) -> None:
+        """A callbackUrl must be acceptable (no private targets) and its owner must have a signing
+        secret: an unsigned webhook could not be told from a forged one."""
+        try:
+            check_url(url, self.webhook_policy)
+        except CallbackUrlError as error:
+            raise UnprocessableError(str(error), code="invalid_callback_url") from None
+        if not self._webhook_secrets().status(principal.user_id).exists:
+            raise UnprocessableError(
+                "create your webhook signing secret first (`POST /webhooks/secret`), then submit",
+                code="webhook_secret_missing",
+            )
+
+    def _webhook_secrets(self) -> WebhookSecrets:
+        if self.webhook_secrets is None:
+            raise ServiceUnavailableError("webhooks are not configured here")
+        return self.webhook_secrets
+
+    def rotate_webhook_secret(self, principal: Principal) -> IssuedSecret:
+        """Create or rotate the caller's signing secret; the old one signs for 24 hours more."""
+        issued = self._webhook_secrets().rotate(principal.user_id)
+        logger.info("webhook secret rotated", extra={"rotated": issued.previous_expires_at is not None})
+        return issued
+
+    def webhook_secret(self, principal: Principal) -> SecretStatus:
+        return self._webhook_secrets().status(principal.user_id)
 
     def create_upload(self, principal: Principal, request: UploadRequest) -> PresignedUpload:
         """A presigned POST for one new object under the caller's `inputs/<userId>/`.
@@ -426,7 +486,7 @@ class JobService:
                     job, now=self.clock(), error_class=CANCELLED, message="cancelled by its owner",
                     own_claim=False,
                 )  # fmt: skip
-                notify_parent(store, self.queues, job, self.clock())
+                after_final(store, self.queues, job, self.clock())
                 logger.info("job cancelled", extra={"jobId": job.job_id, "kind": job.kind})
                 return job
             except TransitionConflict:
@@ -489,5 +549,20 @@ class JobService:
                 if job.is_parent
                 else None
             ),
+            callback=callback_view(job),
             links=links(job),
         )
+
+
+def callback_view(job: Job) -> CallbackView | None:
+    if job.callback_url is None:
+        return None
+    state = job.callback_state if job.status.is_terminal and job.callback_state else "waiting"
+    return CallbackView(
+        url=job.callback_url,
+        state=state,
+        attempts=job.callback_attempts,
+        lastStatus=job.callback_status,
+        lastError=job.callback_error,
+        updatedAt=job.callback_at,
+    )

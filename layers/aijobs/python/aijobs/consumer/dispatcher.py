@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -21,9 +23,17 @@ from pydantic import ValidationError
 from aijobs.alerts import Alerts
 from aijobs.consumer.control import ConsumerControl
 from aijobs.consumer.handlers import JobContext, KindHandler
+from aijobs.consumer.meter import ThrottleMeter
 from aijobs.consumer.retry import RetryPolicy
 from aijobs.domain import Job, JobStatus, QueueMessage
-from aijobs.errors import CANCELLED, ProviderAuthError, ProviderError, TransitionConflict, classify_exception
+from aijobs.errors import (
+    CANCELLED,
+    ProviderAuthError,
+    ProviderError,
+    ThrottledError,
+    TransitionConflict,
+    classify_exception,
+)
 from aijobs.observability import (
     METRIC_CONSUMER_PAUSED,
     METRIC_DURATION,
@@ -31,7 +41,9 @@ from aijobs.observability import (
     METRIC_MODEL_SPEND,
     METRIC_POISON,
     METRIC_RETRIED,
+    METRIC_SPEND_HELD,
     METRIC_SUCCEEDED,
+    METRIC_TENANT_HELD,
     emit,
     log_context,
     logger,
@@ -39,12 +51,13 @@ from aijobs.observability import (
 from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import JobQueues
+from aijobs.spend import HOLD_SECONDS, SpendBrake, Verdict
 from aijobs.stage_config import queue_name_of
 from aijobs.store.jobs import PHASE_MERGE, JobKey, JobStore
 from aijobs.store.keys import is_child_id
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
-from aijobs.workflows.fanin import notify_parent
+from aijobs.workflows.fanin import after_final
 
 
 class RetryLater(Exception):
@@ -87,7 +100,17 @@ class Consumer:
     # How long a workflow parent waits for its children before the sweeper looks at it again.
     hold: timedelta = timedelta(minutes=15)
     function_name: str = ""
+    # Per-tenant fairness: a tenant's jobs of this kind running at once (0: no cap; a tenant's own
+    # cap in its profile wins) and how long a job over the cap waits before it is tried again.
+    tenant_max_running: int = 0
+    tenant_hold: timedelta = timedelta(seconds=30)
+    # Attempts and 429s of this kind for the adaptive concurrency cron (None: not recorded).
+    meter: ThrottleMeter | None = None
+    # The daily spend brake (aijobs.spend); None: the stage sets no SPEND_DAILY_CAP_USD.
+    spend: SpendBrake | None = None
     _paused: bool = field(default=False, init=False)
+    # The (day, cap) whose spend alert this container knows was sent.
+    _spend_alerted: tuple[str, Decimal] | None = field(default=None, init=False)
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """The Lambda entry: process a batch, answer with its partial failures."""
@@ -101,6 +124,8 @@ class Consumer:
                 event=event, record_handler=self.process, processor=processor, context=context
             )
         )
+        if self.meter is not None:
+            self.meter.flush()
         return response
 
     def process(self, record: SQSRecord) -> None:
@@ -134,6 +159,10 @@ class Consumer:
                 self._resend(message, PAUSE_RESEND_DELAY_SECONDS, "consumer paused earlier in this batch")
                 return
             try:
+                if self._tenant_at_cap(message):
+                    return
+                if self._spend_held(message):
+                    return
                 claimed = self._claim(record, message)
             except Exception:
                 # Our own dependencies failed before any attempt started (a throttled table, a
@@ -147,6 +176,89 @@ class Consumer:
             store, job = claimed
             with log_context(attempt=job.attempts):
                 self._run(record, store, job, handler)
+
+    def _tenant_at_cap(self, message: QueueMessage) -> bool:
+        """Per-tenant fairness (Inngest's concurrency key, keyed by tenant): a job whose tenant
+        already runs its cap of this kind is not started. It is re-sent delayed (no attempt, no
+        receive count spent, never dead-lettered) and acknowledged; True if so.
+
+        Only a fresh start is held: a provider re-check belongs to a job already counted. With no
+        cap configured this costs nothing but the cached profile read. The count is one query of
+        the tenant's own index partition, so concurrent consumers may overshoot the cap by their
+        number for a moment (README, "Fairness between tenants").
+        """
+        if message.check is not None or is_child_id(message.jobId):
+            return False
+        profile = self.directory.profile(message.userId)
+        cap = profile.running_cap(self.tenant_max_running) if profile is not None else 0
+        if cap <= 0:
+            return False
+        table = self.directory.shard_for(message.userId)
+        assert table is not None  # the profile exists
+        running = JobStore(table, self.clock).count_running(message.userId, self.kind, now=self.clock())
+        if running < cap:
+            return False
+        emit(METRIC_TENANT_HELD, kind=self.kind)
+        # Spread over up to half as long again (by job id, so a flood does not return in one wave).
+        hold = int(self.tenant_hold.total_seconds())
+        spread = zlib.crc32(message.jobId.encode()) % (hold // 2 + 1)
+        self._resend(message, hold + spread, f"tenant at its running cap ({running} of {cap})")
+        return True
+
+    def _spend_held(self, message: QueueMessage) -> bool:
+        """The spend brake: past the stage's daily cap (or its tenant's), a job is not started. Its
+        row is marked held and its message re-sent delayed (no attempt, no receive count, never
+        dead-lettered) and acknowledged; True if so. A provider re-check is never held: that
+        spend is made already."""
+        if self.spend is None or message.check is not None:
+            return False
+        profile = self.directory.profile(message.userId)
+        shard = self.directory.shard_for(message.userId) if profile is not None else None
+        verdict = self.spend.verdict(message.userId, shard, profile.spend_cap_usd if profile else None)
+        if verdict is None:
+            return False
+        if verdict.stage:
+            self._spend_alert(verdict)
+        if shard is None:
+            return False  # an unknown user: the claim acknowledges it
+        now = self.clock()
+        key = JobKey(message.userId, message.jobId, self.kind)
+        if not JobStore(shard, self.clock).hold(key, now=now, until=now + timedelta(seconds=HOLD_SECONDS)):
+            # Another copy holds it already (a duplicate, a sweeper re-send), or it is not waiting.
+            logger.info("job not held: a copy waits already, or it is not queued; acknowledged")
+            return True
+        emit(METRIC_SPEND_HELD, kind=self.kind)
+        self._resend(message, HOLD_SECONDS, verdict.reason)
+        return True
+
+    def _spend_alert(self, verdict: Verdict) -> None:
+        """Once per day and cap (a conditional marker; the first consumer to see it alerts)."""
+        assert self.spend is not None
+        day = self.spend.day()
+        if self.spend.state().alerted_cap == verdict.cap or self._spend_alerted == (day, verdict.cap):
+            return  # known to be sent already: no write per held job
+        if not self.spend.records.mark_alerted(day, verdict.cap, self.clock()):
+            self._spend_alerted = (day, verdict.cap)
+            return
+        try:
+            self.alerts.publish(
+                f"aijobs {self.stage}: daily model spend cap reached",
+                {
+                    "day": day,
+                    "spentUsd": str(verdict.spent),
+                    "capUsd": str(verdict.cap),
+                    "resetsAt": self.spend.resets_at().isoformat(),
+                    "reason": "jobs are held (not started, no attempt spent) until the day ends, the cap is "
+                    "raised or the held jobs are released",
+                    "raise": "aijobs spend cap --usd <N>",
+                    "release": "aijobs spend release",
+                },
+            )
+        except Exception:
+            self.spend.records.withdraw_alert(day, verdict.cap)
+            raise
+        self._spend_alerted = (day, verdict.cap)
+        logger.warning("daily spend cap reached: jobs held", extra={"capUsd": str(verdict.cap)})
 
     def _claim(self, record: SQSRecord, message: QueueMessage) -> tuple[JobStore, Job] | None:
         """Decide what this delivery means for the row; the claimed row, or None to acknowledge."""
@@ -227,12 +339,14 @@ class Consumer:
         except TransitionConflict:
             return True
         emit(METRIC_FAILED_FINAL, kind=child.kind, error_class=CANCELLED)
-        notify_parent(store, self.queues, finished, self.clock())
+        after_final(store, self.queues, finished, self.clock())
         logger.info("child of a finished parent not run", extra={"parentId": child.parent_id})
         return True
 
     def _run(self, record: SQSRecord, store: JobStore, job: Job, handler: KindHandler) -> None:
         started = time.monotonic()
+        if self.meter is not None:
+            self.meter.count()
         try:
             try:
                 result = handler(
@@ -243,6 +357,8 @@ class Consumer:
                     )
                 )  # fmt: skip
             except ProviderError as error:
+                if self.meter is not None and isinstance(error, ThrottledError):
+                    self.meter.count_throttle()
                 self._failed(record, store, job, error)
                 return
             except Exception as error:
@@ -282,8 +398,10 @@ class Consumer:
             model=result.model,
             usage=result.usage,
             cost=spent.usd,
+            # The day's spend counters move in the same transaction as the row (counted once).
+            extra_writes=self._spend_writes(store, job, spent.usd),
         )
-        notify_parent(store, self.queues, finished, self.clock())
+        after_final(store, self.queues, finished, self.clock())
         emit(METRIC_SUCCEEDED, kind=job.kind)
         emit(METRIC_DURATION, kind=job.kind, value=round(seconds * 1000, 1), unit=MetricUnit.Milliseconds)
         if spent.usd is not None:
@@ -293,6 +411,13 @@ class Consumer:
         logger.info(
             "job succeeded",
             extra={"durationMs": round(seconds * 1000, 1), "model": result.model, "costUsd": spent.usd},
+        )
+
+    def _spend_writes(self, store: JobStore, job: Job, cost: float | None) -> list[dict[str, Any]]:
+        if self.spend is None or not cost:
+            return []
+        return self.spend.count_writes(
+            job_id=job.job_id, user_id=job.user_id, cost=cost, shard_name=store.table_name
         )
 
     def _await(self, store: JobStore, job: Job, result: ProviderResult) -> None:
@@ -321,7 +446,7 @@ class Consumer:
         now = self.clock()
         if not error.retryable:
             finished = store.fail_final(job, now=now, error_class=error_class, message=str(error))
-            notify_parent(store, self.queues, finished, self.clock())
+            after_final(store, self.queues, finished, self.clock())
             emit(METRIC_FAILED_FINAL, kind=job.kind, error_class=error_class)
             logger.warning("job failed for good", extra=extra)
             if isinstance(error, ProviderAuthError):

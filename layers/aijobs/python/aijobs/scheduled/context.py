@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from aijobs.alerts import Alerts
+from aijobs.flow import FlowSettings
+from aijobs.mappings import ConsumerControl
 from aijobs.queues import JobQueues
 from aijobs.store.tenants import Directory
 
@@ -37,3 +39,8 @@ class CronContext:
     recheck: timedelta
     stuck_after: timedelta
     clock: Callable[[], datetime]
+    # Adaptive concurrency (aijobs.scheduled.concurrency): the mappings' control, kind -> mapping id
+    # (none with QUEUE_MAX_CONCURRENCY=1), and the thresholds.
+    control: ConsumerControl | None = None
+    mappings: dict[str, str] = field(default_factory=dict)
+    flow: FlowSettings = field(default_factory=FlowSettings)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from aijobs.scheduled.concurrency import run_concurrency_control
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.maintenance import run_maintenance
 from aijobs.scheduled.sweeper import run_sweeper
@@ -18,4 +19,6 @@ SCHEDULED_HANDLERS: dict[str, ScheduledHandler] = {
     # Drives real credit expiry and retention clean-up: do not change the timing casually.
     "*/10 * * * *": run_maintenance,
     "*/5 * * * *": run_sweeper,
+    # Adaptive consumer concurrency: narrows a throttled kind, widens it again when quiet.
+    "* * * * *": run_concurrency_control,
 }

@@ -6,6 +6,8 @@
 - `queued` / `failed_retryable` older than STUCK_QUEUED_SECONDS: its message never arrived (or
   was lost). Re-send it within the budget, or finalize it. A `failed_retryable` row waits until
   its own retry time (back-off, Retry-After) is STUCK_QUEUED_SECONDS overdue.
+- a finished job whose webhook delivery is still `pending` and never tried a minute later: its
+  message was lost after the final commit; queue it again (aijobs.webhooks.recovery).
 Every action first wins a conditional update on the row, so two overlapping runs act once.
 """
 
@@ -19,7 +21,8 @@ from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_SWEPT, emit, logger
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
-from aijobs.workflows.fanin import notify_parent
+from aijobs.webhooks.recovery import resend_lost
+from aijobs.workflows.fanin import after_final
 
 LEASE_EXPIRED = "lease_expired"
 NEVER_DELIVERED = "never_delivered"
@@ -30,6 +33,7 @@ NOT_DUE = "not_due"
 def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     now = ctx.clock()
     actions: Counter[str] = Counter()
+    resent = 0
     for index in ctx.directory.active_shards():
         store = JobStore(ctx.directory.shard_tables[index], ctx.clock)
         for kind in ctx.kinds:
@@ -40,11 +44,13 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
                 stale = store.query_kind_status(kind, status, before=now - ctx.stuck_after, limit=SWEEP_LIMIT)
                 for job in stale:
                     actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
+        # Webhook deliveries whose message was lost after the job's final commit.
+        resent += resend_lost(ctx.directory.shard_tables[index], ctx.queues, ctx.kinds, now)
     for key, count in actions.items():
         kind, action = key.split(":", 1)
         if action not in ("skipped", NOT_DUE):
             emit(METRIC_SWEPT, kind=kind, value=count, action=action)
-    result = {"cron": run.expression, "actions": dict(actions)}
+    result = {"cron": run.expression, "actions": dict(actions), "webhooksResent": resent}
     logger.info("sweeper result", extra=result)
     return result
 
@@ -89,7 +95,7 @@ def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str) -> 
         )
     except TransitionConflict:
         return "skipped"
-    notify_parent(store, ctx.queues, finished, ctx.clock())
+    after_final(store, ctx.queues, finished, ctx.clock())
     return "finalized"
 
 

@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.types import TypeDeserializer
@@ -49,6 +49,8 @@ _SETTLE_ATTEMPTS = 8
 CHILD_WRITE_BATCH = 100
 PHASE_SPLIT, PHASE_CHILDREN, PHASE_MERGE = "split", "children", "merge"
 _RUNNABLE = (JobStatus.QUEUED.value, JobStatus.FAILED_RETRYABLE.value)
+# A held job's own copy, back after the hold, may beat its mark by this much (clocks differ).
+_HOLD_TOLERANCE = timedelta(seconds=10)
 
 
 class IdempotencyKeyExists(Exception):
@@ -226,6 +228,85 @@ class JobStore:
                 return jobs
             query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
+    def newest_of_kind_status(
+        self,
+        kind: str,
+        status: JobStatus,
+        *,
+        limit: int,
+        below: str | None = None,
+        after: datetime | None = None,
+        user_id: str | None = None,
+        error_class: str | None = None,
+    ) -> list[Job]:
+        """Up to `limit` jobs of a kind and status, newest change first, each older than the
+        `position` `below` and changed after `after`; `user_id` and `error_class` filter on the
+        server. The operator console's listing across tenants (aijobs.api.admin)."""
+        condition = "gsi2pk = :pk"
+        values: dict[str, Any] = {":pk": kind_status_pk(kind, status.value)}
+        if below is not None and after is not None:
+            condition += " AND gsi2sk BETWEEN :after AND :below"
+            values |= {":after": iso(after), ":below": below}
+        elif below is not None:
+            condition += " AND gsi2sk < :below"
+            values[":below"] = below
+        elif after is not None:
+            condition += " AND gsi2sk > :after"
+            values[":after"] = iso(after)
+        query: dict[str, Any] = {
+            "IndexName": "by_kind_status",
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": False,
+        }
+        filters: list[str] = []
+        if user_id is not None:
+            filters.append("userId = :user")
+            values[":user"] = user_id
+        if error_class is not None:
+            filters.append("last_error_class = :error_class")
+            values[":error_class"] = error_class
+        if filters:
+            query["FilterExpression"] = " AND ".join(filters)
+        jobs: list[Job] = []
+        while True:
+            query["Limit"] = limit - len(jobs) if not filters else max(limit, 25)
+            response = self._table.query(**query)
+            # BETWEEN includes `below` itself: a page never repeats its last job.
+            jobs.extend(job for job in map(_from_item, response["Items"]) if position(job) != below)
+            if "LastEvaluatedKey" not in response or len(jobs) >= limit:
+                return jobs[:limit]
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def count_running(self, user_id: str, kind: str, *, now: datetime) -> int:
+        """How many of the user's jobs of `kind` are running now (a claim under a live lease, or a
+        provider task being waited on): the per-tenant running cap's count. Rows whose lease has
+        lapsed (a consumer that died) are not counted: the sweeper or a retry takes them back.
+
+        One `Query` of the user's own `by_user_status` partition (never a partition shared by
+        all tenants), counting only. Workflow children live under their parent's partition and
+        are not counted (README, "Fairness between tenants").
+        """
+        query: dict[str, Any] = {
+            "IndexName": "by_user_status",
+            "KeyConditionExpression": "gsi1pk = :pk",
+            "FilterExpression": "#kind = :kind AND #lease > :now",
+            "ExpressionAttributeNames": {"#kind": "kind", "#lease": "lease_expires_at"},
+            "ExpressionAttributeValues": {
+                ":pk": user_status_pk(user_id, JobStatus.RUNNING.value),
+                ":kind": kind,
+                ":now": iso(now),
+            },
+            "Select": "COUNT",
+        }
+        count = 0
+        while True:
+            response = self._table.query(**query)
+            count += response["Count"]
+            if "LastEvaluatedKey" not in response:
+                return count
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
     # --- transitions -------------------------------------------------------------------------
 
     def claim(self, job: Job, *, now: datetime, lease: timedelta, max_attempts: int) -> Job | None:
@@ -343,7 +424,7 @@ class JobStore:
             sets={
                 "awaiting_provider": True,
                 "provider_handle": handle,
-                "provider_checks": ("provider_checks + :one", 1),
+                "provider_checks": ("if_not_exists(provider_checks, :zero) + :one", 1),
                 "recheck_id": uuid.uuid4().hex,
                 # If the re-check message is lost, the lease expiry lets the sweeper find the row.
                 "lease_expires_at": iso(now + hold),
@@ -363,26 +444,32 @@ class JobStore:
         model: str | None,
         usage: dict[str, int],
         cost: float | None,
+        extra_writes: Sequence[dict[str, Any]] = (),
     ) -> Job:
+        """`running` -> `succeeded` by the claim holder; `extra_writes` (the day's spend counters,
+        aijobs.spend) ride in the same transaction, so they happen exactly when the row changes."""
         sets: dict[str, Any] = {
             "finished_at": iso(now),
             "result_json": json.dumps(result) if result is not None else None,
             "result_ref": result_ref,
             "model": model or job.model,
-            "usage_json": json.dumps(usage),
+            "usage_json": json.dumps(usage) if usage else None,
             "cost": str(cost) if cost is not None else None,
         }
         if job.charge_state == CHARGE_RESERVED and not job.is_parent:
             sets["charge_state"] = CHARGE_SETTLED
+        log_sets, log_values = _attempt_log_update(job, now, JobStatus.SUCCEEDED)
         return self._finish(
-            job, JobStatus.SUCCEEDED, now, condition=_OWN_CLAIM, sets=sets, values=_claim_values(job),
-            remove=("lease_expires_at",),
+            job, JobStatus.SUCCEEDED, now, condition=_OWN_CLAIM, sets=sets | log_sets,
+            values=_claim_values(job) | log_values,
+            remove=_FINISHED_REMOVES, extra_writes=extra_writes,
         )  # fmt: skip
 
     def fail_retryable(
         self, job: Job, *, now: datetime, error_class: str, message: str, retry_at: datetime | None = None
     ) -> None:
         """A failed attempt that may be retried, not before `retry_at` (back-off or Retry-After)."""
+        log_sets, log_values = _attempt_log_update(job, now, JobStatus.FAILED_RETRYABLE, error_class, message)
         self._transition_quietly(
             job,
             JobStatus.FAILED_RETRYABLE,
@@ -392,8 +479,9 @@ class JobStore:
                 "last_error_class": error_class,
                 "last_error_message": _clip(message),
                 "next_attempt_at": iso(retry_at) if retry_at is not None else None,
+                **log_sets,
             },
-            values=_claim_values(job),
+            values=_claim_values(job) | log_values,
             remove=("lease_expires_at",),
         )
 
@@ -406,11 +494,13 @@ class JobStore:
         message: str,
         dead_lettered: bool = False,
         own_claim: bool = True,
+        callback: bool = True,
     ) -> Job:
         """Finalize a job, refunding its reserved credits in the same transaction (exactly once).
 
         From the consumer (`own_claim`), only the claim holder may finalize; from the DLQ consumer,
-        the sweeper, an operator or a cancel, any job that has not finished may.
+        the sweeper, an operator or a cancel, any job that has not finished may. `callback=False`:
+        no webhook for this outcome (a job whose submit was answered with an error).
         """
         if own_claim:
             condition, values = _OWN_CLAIM, _claim_values(job)
@@ -421,14 +511,19 @@ class JobStore:
             "finished_at": iso(now),
             "last_error_class": error_class,
             "last_error_message": _clip(message),
-            "dead_lettered": dead_lettered,
+            "dead_lettered": True if dead_lettered else None,  # absent means False: rows stay lean
             "awaiting_provider": False,
             "recheck_id": None,
             "next_attempt_at": None,
         }
+        if not callback:
+            sets["callbackUrl"] = None
+            job = job.model_copy(update={"callback_url": None})
+        log_sets, log_values = _attempt_log_update(job, now, JobStatus.FAILED_FINAL, error_class, message)
         return self._finish(
-            job, JobStatus.FAILED_FINAL, now, condition=condition, sets=sets, values=values,
-            remove=("lease_expires_at",),
+            job, JobStatus.FAILED_FINAL, now, condition=condition, sets=sets | log_sets,
+            values=values | log_values,
+            remove=_FINISHED_REMOVES,
         )  # fmt: skip
 
     def _finish(
@@ -441,12 +536,17 @@ class JobStore:
         sets: dict[str, Any],
         values: dict[str, Any],
         remove: Sequence[str],
+        extra_writes: Sequence[dict[str, Any]] = (),
     ) -> Job:
         """A final transition, with what must happen exactly once alongside it, in one transaction:
         the credit refund (all of it for a failed job; what its children did not use for a parent)
         and, for a workflow child, its count on the parent row."""
         client = self._table.meta.client
         count_on_parent = job.parent_id is not None
+        if job.callback_url is not None:
+            # The webhook is owed from this very write on: a delivery message lost before it was
+            # sent is found again by its `pending` state (aijobs.webhooks).
+            sets = {**sets, **_callback_pending(now)}
         for attempt in range(_SETTLE_ATTEMPTS):
             writes: list[dict[str, Any]] = []
             row_condition, row_sets, row_values = condition, dict(sets), dict(values)
@@ -472,6 +572,7 @@ class JobStore:
                 row_values[":reserved"] = CHARGE_RESERVED
                 row_sets["charge_state"] = CHARGE_REFUNDED
                 writes = self.ledger.refund(job.user_id, job.job_id, job.charge_allocation)
+            writes = [*writes, *extra_writes]  # before the parent's count, which must stay last
             if count_on_parent:
                 writes.append(self._count_on_parent(job, status))
             request = self._update_request(
@@ -526,9 +627,9 @@ class JobStore:
             condition=f"#status IN ({', '.join(values)})",
             sets={
                 "attempts": 0,
-                "dead_lettered": False,
+                "dead_lettered": None,
                 "awaiting_provider": False,
-                "provider_checks": 0,
+                "provider_checks": None,
                 "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
             },
             values=values,
@@ -539,6 +640,7 @@ class JobStore:
                 "started_at",
                 "recheck_id",
                 "next_attempt_at",
+                *CALLBACK_ATTRIBUTES,
             ),
         )
         assert updated is not None
@@ -578,6 +680,36 @@ class JobStore:
             values={":seen_status": job.status.value, ":seen_at": iso(job.updated_at)},
             lost_race_returns_none=True,
         )
+
+    def hold(self, key: JobKey, *, now: datetime, until: datetime) -> bool:
+        """Mark a waiting row held by the spend brake until `until` (aijobs.spend), without reading it.
+
+        False when it is not `queued`/`failed_retryable`, or another copy of its message holds it
+        already (its mark lies ahead): that copy is dropped, so duplicates do not pile up. Marking
+        also moves `updated_at`, so the sweeper does not re-send a held row as lost.
+        """
+        try:
+            self._table.update_item(
+                Key={PK: user_pk(key.user_id), SK: job_sk(key.job_id)},
+                UpdateExpression="SET held_until = :until, updated_at = :now, gsi2sk = :gsi2sk",
+                ConditionExpression="#status IN (:queued, :retryable) "
+                "AND (attribute_not_exists(held_until) OR held_until <= :due)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":until": iso(until),
+                    ":now": iso(now),
+                    ":gsi2sk": f"{iso(now)}#{key.job_id}",
+                    ":queued": JobStatus.QUEUED.value,
+                    ":retryable": JobStatus.FAILED_RETRYABLE.value,
+                    # A copy due back now may arrive a little early by this clock.
+                    ":due": iso(now + _HOLD_TOLERANCE),
+                },
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def delete_finished(self, job: Job) -> bool:
         """Remove a finished job past retention; False when it changed or is gone already."""
@@ -787,7 +919,7 @@ class JobStore:
             child, JobStatus.QUEUED, now,
             condition="#status = :final",
             sets={
-                "attempts": 0, "dead_lettered": False, "awaiting_provider": False, "provider_checks": 0,
+                "attempts": 0, "dead_lettered": None, "awaiting_provider": False, "provider_checks": None,
                 "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
             },
             values={":final": JobStatus.FAILED_FINAL.value},
@@ -839,7 +971,7 @@ class JobStore:
             sets={
                 "phase": phase,
                 "attempts": 0,
-                "dead_lettered": False,
+                "dead_lettered": None,
                 "awaiting_provider": True,
                 "recheck_id": uuid.uuid4().hex,
                 "lease_expires_at": iso(now + hold),
@@ -953,7 +1085,8 @@ class JobStore:
             if isinstance(value, tuple):  # (expression, operand): an arithmetic update
                 expression, operand = value
                 assignments.append(f"#a{index} = {expression.replace(name, f'#a{index}')}")
-                expression_values[":one"] = operand
+                if operand is not None:  # None: the expression's operands are in `values`
+                    expression_values[":one"] = operand
                 if ":zero" in expression:
                     expression_values[":zero"] = 0
             else:
@@ -975,7 +1108,15 @@ class JobStore:
         }
 
 
+def position(job: Job) -> str:
+    """Where a job sits in its kind-and-status listing (`newest_of_kind_status(below=...)`)."""
+    return f"{iso(job.updated_at)}#{job.job_id}"
+
+
 _OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
+# A finished row keeps no lease and no claim (checked by the finishing write itself, then dead
+# weight on every later write of the row: webhook state, retention).
+_FINISHED_REMOVES = ("lease_expires_at", "claim_id")
 
 
 def _lost_race(job: Job, status: JobStatus, returns_none: bool) -> str | None:
@@ -998,7 +1139,7 @@ class JobKey:
 
 
 def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
-    """A claim's writes: one more attempt, a fresh lease and claim id, no pending retry."""
+    """A claim's writes: one more attempt, a fresh lease and claim id, no pending retry or hold."""
     return {
         "attempts": ("attempts + :one", 1),
         "started_at": iso(now),
@@ -1006,6 +1147,7 @@ def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
         "claim_id": uuid.uuid4().hex,
         "awaiting_provider": False,
         "next_attempt_at": None,
+        "held_until": None,  # a spend-brake hold (aijobs.spend) ends when a copy claims the row
     }
 
 
@@ -1038,8 +1180,103 @@ def split_allocation(allocation: dict[str, int], keep: int) -> tuple[dict[str, i
     return kept, back
 
 
+# A webhook delivery's state on the row (aijobs.webhooks); `callbackUrl` itself never changes.
+CALLBACK_ATTRIBUTES = (
+    "callback_state",
+    "callback_attempts",
+    "callback_status",
+    "callback_error",
+    "callback_at",
+    "callback_lease",
+    "callback_claim",
+)
+
+
+def _callback_pending(now: datetime) -> dict[str, Any]:
+    """A final transition's webhook writes: the delivery is owed, not tried yet."""
+    return {
+        "callback_state": "pending",
+        "callback_attempts": 0,
+        "callback_at": iso(now),
+        "callback_status": None,
+        "callback_error": None,
+        "callback_lease": None,
+        "callback_claim": None,
+    }
+
+
 def _claim_values(job: Job) -> dict[str, Any]:
     return {":running": JobStatus.RUNNING.value, ":claim_id": job.claim_id}
+
+
+# The attempt log on the row (`Job.attempt_log`): its last entries, each a few dozen bytes, since
+# every byte of a job row is paid on each of its writes and index entries (a first-try success stays
+# under 1 KB, one write unit). Entries are stored with one-letter names and epoch milliseconds:
+# `n` attempt, `o` outcome code, `t` end, `d` duration (the start is `t - d`), `e`/`m` error class
+# and message; `attempt_history` spells them out.
+ATTEMPT_LOG_SIZE = 20
+_LOG_MESSAGE_CHARS = 160
+_OUTCOME_CODES = {JobStatus.SUCCEEDED: "s", JobStatus.FAILED_RETRYABLE: "r", JobStatus.FAILED_FINAL: "f"}
+_OUTCOMES = {code: status.value for status, code in _OUTCOME_CODES.items()}
+
+
+def attempt_entry(
+    job: Job, now: datetime, outcome: JobStatus, error_class: str | None = None, message: str | None = None
+) -> dict[str, Any]:
+    """One end of an attempt, as stored. Only a running job's claim started the attempt that ends
+    here: a job finalized while it waited (dead-lettered, cancelled, by an operator) has no duration."""
+    entry: dict[str, Any] = {"n": job.attempts, "o": _OUTCOME_CODES[outcome], "t": _epoch_ms(now)}
+    if job.status is JobStatus.RUNNING and job.started_at is not None:
+        entry["d"] = max(0, _epoch_ms(now) - _epoch_ms(job.started_at))
+    if error_class is not None:
+        entry["e"] = error_class
+    if message is not None:
+        entry["m"] = _clip(message, _LOG_MESSAGE_CHARS)
+    return entry
+
+
+def attempt_history(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored attempt log spelled out, oldest first: `attempt`, `outcome` (a status), `endedAt`,
+    and when known `startedAt`, `durationMs`, `errorClass`, `message` (ISO times)."""
+    history = []
+    for entry in log:
+        ended = int(entry["t"])
+        step: dict[str, Any] = {
+            "attempt": int(entry["n"]),
+            "outcome": _OUTCOMES.get(str(entry["o"]), str(entry["o"])),
+            "endedAt": iso(_from_epoch_ms(ended)),
+        }
+        if "d" in entry:
+            step["durationMs"] = int(entry["d"])
+            step["startedAt"] = iso(_from_epoch_ms(ended - int(entry["d"])))
+        if "e" in entry:
+            step["errorClass"] = str(entry["e"])
+        if "m" in entry:
+            step["message"] = str(entry["m"])
+        history.append(step)
+    return history
+
+
+def _epoch_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _from_epoch_ms(milliseconds: int) -> datetime:
+    return datetime.fromtimestamp(milliseconds / 1000, tz=UTC)
+
+
+def _attempt_log_update(
+    job: Job, now: datetime, outcome: JobStatus, error_class: str | None = None, message: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(sets, values) adding one entry to the row's attempt log in the transition's own update.
+
+    Under the bound the entry is appended (`list_append`: right whatever the row holds); at the
+    bound the log is rewritten from `job`'s copy, its oldest entries dropped."""
+    entry = attempt_entry(job, now, outcome, error_class, message)
+    if len(job.attempt_log) < ATTEMPT_LOG_SIZE:
+        expression = "list_append(if_not_exists(attempt_log, :no_log), :log_entry)"
+        return {"attempt_log": (expression, None)}, {":no_log": [], ":log_entry": [entry]}
+    return {"attempt_log": [*job.attempt_log[-(ATTEMPT_LOG_SIZE - 1) :], entry]}, {}
 
 
 def _clip(message: str, limit: int = 1000) -> str:
@@ -1061,13 +1298,12 @@ def _to_item(job: Job) -> dict[str, Any]:
         "status": job.status.value,
         "provider": job.provider,
         "attempts": job.attempts,
-        "options_json": json.dumps(job.options),
         "created_at": iso(job.created_at),
         "updated_at": iso(job.updated_at),
         "awaiting_provider": False,
-        "provider_checks": 0,
-        "dead_lettered": False,
     }
+    if job.options:
+        item["options_json"] = json.dumps(job.options)
     if job.input is not None:
         item["input_json"] = json.dumps(job.input)
     if job.input_ref is not None:
@@ -1083,6 +1319,8 @@ def _to_item(job: Job) -> dict[str, Any]:
     if job.parent_id is not None:
         item["parentId"] = job.parent_id
         item["part"] = job.part
+    if job.callback_url is not None:
+        item["callbackUrl"] = job.callback_url
     if job.phase is not None:
         item |= {
             "phase": job.phase,
@@ -1144,7 +1382,23 @@ def _from_item(item: dict[str, Any]) -> Job:
         failures_allowed=int(item.get("failures_allowed", 0)),
         base_price=int(item.get("base_price", 0)),
         child_price=int(item.get("child_price", 0)),
+        callback_url=item.get("callbackUrl"),
+        callback_state=item.get("callback_state"),
+        callback_attempts=int(item.get("callback_attempts", 0)),
+        callback_status=int(item["callback_status"]) if "callback_status" in item else None,
+        callback_error=item.get("callback_error"),
+        callback_at=moment("callback_at"),
+        attempt_log=[_log_entry(entry) for entry in item.get("attempt_log", [])],
     )
+
+
+def _log_entry(entry: Any) -> dict[str, Any]:
+    """An attempt log entry as stored (DynamoDB numbers are Decimals) back to plain values."""
+    return {name: int(value) if name in ("n", "t", "d") else value for name, value in entry.items()}
+
+
+# Public for the other readers of job rows (aijobs.webhooks.rows).
+job_from_item = _from_item
 
 
 def _encode_cursor(key: dict[str, Any]) -> str:

@@ -98,3 +98,21 @@ def cron_run_pk(expression: str) -> str:
 
 def dead_letter_pk(kind: str) -> str:
     return f"DEADLETTER#{kind}"
+
+
+# A tenant's webhook signing secret (aijobs.webhooks.secrets): its own partition, so the producer's
+# write grant can be limited to these items by a leading-key condition.
+WEBHOOK_SECRET_PREFIX = "WEBHOOK#"  # noqa: S105 - a key prefix, not a secret
+WEBHOOK_SECRET_SK = "SECRET"  # noqa: S105 - a sort key
+
+
+def webhook_secret_pk(user_id: str) -> str:
+    return f"{WEBHOOK_SECRET_PREFIX}{user_id}"
+
+
+FLOW_PREFIX = "FLOW#"
+
+
+def flow_pk(kind: str) -> str:
+    """A kind's adaptive-concurrency partition: per-minute throttle counters and the controller's state."""
+    return f"{FLOW_PREFIX}{kind}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -20,6 +21,12 @@ if TYPE_CHECKING:
 
 # How long a container trusts a valid API key it looked up (see Directory.authenticate).
 API_KEY_CACHE_SECONDS = 60
+# Key roles: `operator` runs the stage (the admin routes, the console); `admin` is its old name.
+USER_ROLE, OPERATOR_ROLE = "user", "operator"
+OPERATOR_ROLES = frozenset({OPERATOR_ROLE, "admin"})
+
+# How long a container trusts a user's profile (its per-tenant limits) once read.
+PROFILE_CACHE_SECONDS = 60
 
 
 class OrphanedShardError(AijobsError):
@@ -34,8 +41,29 @@ class Principal:
     role: str = "user"
 
     @property
+    def is_operator(self) -> bool:
+        """May use the operator routes (`/admin/...`, the console). `admin` is the role's old name:
+        keys issued with it before keep working."""
+        return self.role in OPERATOR_ROLES
+
+    @property
     def is_admin(self) -> bool:
-        return self.role == "admin"
+        return self.is_operator
+
+
+@dataclass(frozen=True)
+class TenantProfile:
+    """A user's `PROFILE` item: its shard, and the limits an operator set for it alone."""
+
+    shard: int
+    # Jobs of this tenant running at once, per kind; None: the stage's TENANT_MAX_RUNNING.
+    max_running: int | None = None
+    # Its own daily model-spend cap in USD (aijobs.spend); None: none.
+    spend_cap_usd: Decimal | None = None
+
+    def running_cap(self, stage_default: int) -> int:
+        """The cap that applies (0: none)."""
+        return self.max_running if self.max_running is not None else stage_default
 
 
 def hash_api_key(key: str) -> str:
@@ -56,17 +84,61 @@ class Directory:
         self._shard_of: dict[str, int] = {}
         self._registered: set[int] = set()
         self._keys: dict[str, tuple[Principal, float]] = {}  # key hash -> (principal, valid until)
+        self._profiles: dict[str, tuple[TenantProfile, float]] = {}  # user -> (profile, valid until)
         self._monotonic = time.monotonic
+
+    def profile(self, user_id: str) -> TenantProfile | None:
+        """The user's profile (None for an unknown user), cached for PROFILE_CACHE_SECONDS: a limit
+        an operator changes takes effect in every container within that time."""
+        cached = self._profiles.get(user_id)
+        if cached is not None and self._monotonic() < cached[1]:
+            return cached[0]
+        item = self.meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}).get("Item")
+        if item is None:
+            self._profiles.pop(user_id, None)
+            return None
+        raw_cap = item.get("max_running")
+        profile = TenantProfile(
+            shard=int(item["shard"]),  # type: ignore[arg-type]
+            max_running=None if raw_cap is None else int(raw_cap),  # type: ignore[arg-type]
+            spend_cap_usd=Decimal(str(item["spend_cap_usd"])) if "spend_cap_usd" in item else None,
+        )
+        self._shard_of.setdefault(user_id, profile.shard)
+        self._profiles[user_id] = (profile, self._monotonic() + PROFILE_CACHE_SECONDS)
+        return profile
+
+    def set_max_running(self, user_id: str, cap: int | None) -> None:
+        """Give a user its own running cap per kind (`None`: back to the stage's default).
+        Raises `KeyError` for an unknown user: a limit never creates a tenant."""
+        if cap is not None and cap < 0:
+            raise ValueError("a running cap is a whole number >= 0 (0: no cap)")
+        request: dict[str, Any] = {
+            "Key": {PK: user_pk(user_id), SK: PROFILE_SK},
+            "ConditionExpression": "attribute_exists(pk)",
+        }
+        if cap is None:
+            request["UpdateExpression"] = "REMOVE max_running"
+        else:
+            request |= {
+                "UpdateExpression": "SET max_running = :cap",
+                "ExpressionAttributeValues": {":cap": cap},
+            }
+        try:
+            self.meta.update_item(**request)
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise KeyError(user_id) from None
+            raise
+        self._profiles.pop(user_id, None)
 
     def shard_for(self, user_id: str) -> Table | None:
         """The user's shard table, or None for an unknown user."""
         index = self._shard_of.get(user_id)
         if index is None:
-            item = self.meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}).get("Item")
-            if item is None:
+            profile = self.profile(user_id)
+            if profile is None:
                 return None
-            index = int(item["shard"])  # type: ignore[arg-type]
-            self._shard_of[user_id] = index
+            index = profile.shard
         if index >= len(self.shard_tables):
             raise RuntimeError(
                 f"user is mapped to shard {index}, but only {len(self.shard_tables)} shards exist"
@@ -127,8 +199,10 @@ class Directory:
 
     def create_api_key(self, user_id: str, *, role: str = "user", label: str = "") -> str:
         """Issue a key for a user (creating the user); the plaintext is returned once, never stored."""
-        if role not in ("user", "admin"):
-            raise ValueError(f"role must be 'user' or 'admin', not {role!r}")
+        if role == "admin":
+            role = OPERATOR_ROLE  # the old name of the role
+        if role not in (USER_ROLE, OPERATOR_ROLE):
+            raise ValueError(f"role must be 'user' or 'operator', not {role!r}")
         shard = self.ensure_user(user_id)
         key = new_api_key()
         self.meta.put_item(
