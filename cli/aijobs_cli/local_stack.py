@@ -399,6 +399,7 @@ class LocalStack:
             "admin_url": self.api_url + ADMIN_PREFIX.rstrip("/"),
             "meta_table": r.meta_table,
             "shard_tables": r.shard_tables,
+            **{name.lower(): int(value) for name, value in self.config.table_settings_env().items()},
             "bucket": r.bucket,
             "alert_topic_arn": r.topic_arn,
             "queue_urls": r.queue_urls,
@@ -422,7 +423,9 @@ class LocalStack:
         assert shard is not None
         from aijobs.store.jobs import JobStore
 
-        JobStore(shard).ledger.grant(DEMO_USER, DEMO_CREDITS, datetime.now(UTC) + timedelta(days=30))
+        JobStore(shard, buckets=directory.buckets).ledger.grant(
+            DEMO_USER, DEMO_CREDITS, datetime.now(UTC) + timedelta(days=30)
+        )
         write_retention(
             boto3.resource("dynamodb").Table(self.resources.meta_table),
             credit_tx_retention_days=90,

@@ -45,6 +45,7 @@ class StageResources:
             "POWERTOOLS_METRICS_NAMESPACE": "aijobs",
             "META_TABLE_NAME": self.meta_table,
             "SHARD_TABLE_NAMES": ",".join(self.shard_tables),
+            **self.config.table_settings_env(),
         }
 
     def _queue_env(self) -> dict[str, str]:

@@ -37,6 +37,7 @@ def _consumer_env(config: StageConfig, kind: str, **urls: str) -> dict[str, str]
         "STAGE": config.stage,
         "META_TABLE_NAME": "meta",
         "SHARD_TABLE_NAMES": "shard-0",
+        **config.table_settings_env(),
         "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts",
         "BUCKET_NAME": "bucket",
         "QUEUE_NAME": kind,
@@ -52,6 +53,7 @@ def _dlq_env(config: StageConfig, **urls: str) -> dict[str, str]:
         "STAGE": config.stage,
         "META_TABLE_NAME": "meta",
         "SHARD_TABLE_NAMES": "shard-0",
+        **config.table_settings_env(),
         "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts",
         **config.dlq_settings_env(),
         **dead_letter_queues_env({kind: f"{kind}-dlq" for kind in config.queue_names}),
@@ -319,6 +321,7 @@ def test_a_function_without_linked_queues_fails_at_cold_start() -> None:
     """LINKED_QUEUES may be empty, never missing: a missing one means a miswired stack."""
     env = {
         "STAGE": "dev", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
+        "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
         "DEAD_LETTER_QUEUES": "",
     }  # fmt: skip
     assert DlqSettings.from_env({**env, "LINKED_QUEUES": ""}).linked_queue_urls == {}
@@ -330,6 +333,7 @@ def test_the_dlq_consumer_maps_its_queues_to_kinds_from_its_environment() -> Non
     """Production queue names are generated: the kind of a DLQ is given, never parsed from it."""
     env = {
         "STAGE": "prod", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
+        "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
         "LINKED_QUEUES": "",
     }  # fmt: skip
     names = {"summary": "aijobs-prod-QueuesummaryDlq1A2B-x1", "tts-generate": "aijobs-prod-QueuettsDlq3C-y2"}

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
 from aijobs.stage_config import DEAD_LETTER_QUEUES, binding_name, parse_prices, split_list
+from aijobs.store.keys import MAX_INDEX_BUCKETS, IndexBuckets
 
 
 class FunctionSettings(BaseModel):
@@ -23,6 +24,9 @@ class FunctionSettings(BaseModel):
     stage: str = Field(validation_alias="STAGE", min_length=1)
     meta_table_name: str = Field(validation_alias="META_TABLE_NAME", min_length=1)
     shard_table_names: tuple[str, ...] = Field(validation_alias="SHARD_TABLE_NAMES", min_length=1)
+    # Write sharding of the index partitions all tenants share (aijobs.store.keys.IndexBuckets).
+    index_buckets_write: int = Field(validation_alias="INDEX_BUCKETS", ge=1, le=MAX_INDEX_BUCKETS)
+    index_buckets_read: int = Field(validation_alias="INDEX_BUCKETS_READ", ge=1, le=MAX_INDEX_BUCKETS)
 
     @field_validator("shard_table_names", mode="before")
     @classmethod
@@ -32,6 +36,15 @@ class FunctionSettings(BaseModel):
             if isinstance(value, str)
             else value
         )
+
+    @model_validator(mode="after")
+    def _check_buckets(self) -> Self:
+        IndexBuckets(self.index_buckets_write, self.index_buckets_read)  # raises if READ < INDEX_BUCKETS
+        return self
+
+    @property
+    def index_buckets(self) -> IndexBuckets:
+        return IndexBuckets(self.index_buckets_write, self.index_buckets_read)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Self:

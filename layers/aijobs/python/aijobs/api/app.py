@@ -49,6 +49,7 @@ from aijobs.errors import (
     ProviderError,
     RequestError,
     ServiceUnavailableError,
+    TenantRateLimitedError,
     ThrottledError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
@@ -95,7 +96,7 @@ def _error_headers(status: int, retry_after: float | None = None) -> dict[str, s
     headers: dict[str, str] = {}
     if status == HTTPStatus.UNAUTHORIZED:
         headers["WWW-Authenticate"] = "Bearer"
-    if status == HTTPStatus.SERVICE_UNAVAILABLE:
+    if status in (HTTPStatus.SERVICE_UNAVAILABLE, HTTPStatus.TOO_MANY_REQUESTS):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after or 5)))
     return headers
 
@@ -132,7 +133,8 @@ app.use([_authenticate])
 def _request_error(error: RequestError) -> Response[Any]:
     if isinstance(error, ServiceUnavailableError):
         logger.warning("request refused: dependency unavailable", extra={"code": error.code})
-    return _error_response(error.status, error.code, error.message, error.details)
+    retry_after = error.retry_after if isinstance(error, TenantRateLimitedError) else None
+    return _error_response(error.status, error.code, error.message, error.details, retry_after=retry_after)
 
 
 # The synchronous path calls the provider inside the request: its classified errors become HTTP
@@ -194,11 +196,13 @@ _ERROR_DESCRIPTIONS: dict[int, str] = {
         "schema error (with field paths), unknown kind, a missing, foreign or oversized input object, "
         "an upload of a refused content type or size, or workflow options or an input it cannot split"
     ),
+    429: "you submit faster than your account's items take writes; retry after `Retry-After` seconds",
     500: "unexpected failure on our side",
     503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
 }
 _ERROR_HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
+    429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
     503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
 }
 # Every authenticated operation can answer these; each route adds what its own logic can refuse.
@@ -248,7 +252,7 @@ def _principal() -> Any:
     responses=_responses(
         202,
         "accepted and queued (or the same job again, for a replayed Idempotency-Key)",
-        400, 402, 409, 413, 415, 503,
+        400, 402, 409, 413, 415, 429, 503,
         model=JobAccepted,
         headers={"Location": {"description": "the job's URL", "schema": {"type": "string"}}},
     ),

@@ -154,7 +154,7 @@ class Consumer:
         if table is None:
             logger.warning("job row missing: message acknowledged")
             return None
-        store = JobStore(table, self.clock)
+        store = JobStore(table, self.clock, buckets=self.directory.buckets)
         job: Job | None
         if message.check is None and not is_child_id(message.jobId):
             # The common case in one call: claim straight from the message. Only when that fails
