@@ -64,7 +64,8 @@ KB_PER_GB = 1024 * 1024
 
 ASSUMPTIONS: tuple[str, ...] = (
     "Free tiers are not subtracted (AWS or Cloudflare): they are per account and shared.",
-    "Every main queue and every DLQ is long-polled by its event-source mapping: esm_pollers concurrent "
+    "Every main queue, every DLQ and the webhook delivery queue is long-polled by its event-source mapping: "
+    "esm_pollers concurrent "
     f"{LONG_POLL_SECONDS}-second ReceiveMessage calls, around the clock; each empty poll is a billable "
     "SQS request. Counted in full (polls that did return messages are not subtracted: an upper bound).",
     "Batches are full: one ReceiveMessage returns min(batch_size, 10) messages and one consumer "
@@ -613,12 +614,12 @@ def estimate(
         f"{dlq:,} DLQ messages / {per_delete} per call",
     )  # fmt: skip
     polls_per_poller = int(hours * 3600 // LONG_POLL_SECONDS)
-    polled = 2 * w.queues
+    polled = 2 * w.queues + 1  # every kind's queue and DLQ, and the webhook delivery queue
     add(
         "SQS", "empty long polls (event-source mappings)", w.esm_pollers * polls_per_poller * polled,
         "requests", sqs, MILLION,
         f"{w.esm_pollers} pollers x {polls_per_poller:,} polls ({hours:g} h x 3600 / "
-        f"{LONG_POLL_SECONDS} s) x {polled} queues ({w.queues} main + {w.queues} DLQ); "
+        f"{LONG_POLL_SECONDS} s) x {polled} queues ({w.queues} main + {w.queues} DLQ + webhooks); "
         "each empty ReceiveMessage is billed",
         fixed=True,
     )  # fmt: skip

@@ -412,6 +412,7 @@ class LocalStack:
             "admin_url": self.api_url + ADMIN_PREFIX.rstrip("/"),
             "meta_table": r.meta_table,
             "shard_tables": r.shard_tables,
+            **{name.lower(): int(value) for name, value in self.config.table_settings_env().items()},
             "bucket": r.bucket,
             "alert_topic_arn": r.topic_arn,
             "queue_urls": r.queue_urls,
@@ -433,13 +434,15 @@ class LocalStack:
             ConsumerSettings.from_env(self.resources.consumer_env(self.config.queue_names[0]))
         )
         self.api_key = directory.create_api_key(DEMO_USER, label="local demo")
-        self.admin_key = directory.create_api_key(OPERATOR_USER, role="admin", label="local operator")
+        self.admin_key = directory.create_api_key(OPERATOR_USER, role="operator", label="local operator")
         self._operators = directory
         shard = directory.shard_for(DEMO_USER)
         assert shard is not None
         from aijobs.store.jobs import JobStore
 
-        JobStore(shard).ledger.grant(DEMO_USER, DEMO_CREDITS, datetime.now(UTC) + timedelta(days=30))
+        JobStore(shard, buckets=directory.buckets).ledger.grant(
+            DEMO_USER, DEMO_CREDITS, datetime.now(UTC) + timedelta(days=30)
+        )
         write_retention(
             boto3.resource("dynamodb").Table(self.resources.meta_table),
             credit_tx_retention_days=90,

@@ -1080,7 +1080,7 @@ def credits_grant(
     directory.ensure_user(user)
     table = directory.shard_for(user)
     assert table is not None
-    ledger = JobStore(table).ledger
+    ledger = JobStore(table, buckets=directory.buckets).ledger
     grant_id = ledger.grant(user, amount, datetime.now(UTC) + timedelta(days=days))
     result = {"userId": user, "grantId": grant_id, "balance": ledger.account(user).balance}
     _emit(result, as_json, lambda r: out.print(f"granted {amount} to {user}; balance {r['balance']}"))

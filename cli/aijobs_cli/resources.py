@@ -53,6 +53,7 @@ class StageResources:
             "SHARD_TABLE_NAMES": ",".join(self.shard_tables),
             # Every function that finishes jobs queues their webhooks.
             "WEBHOOK_QUEUE_URL": self.webhook_queue_url,
+            **self.config.table_settings_env(),
         }
 
     def _queue_env(self) -> dict[str, str]:

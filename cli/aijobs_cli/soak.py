@@ -280,7 +280,7 @@ class _StageAccess:
         table = self.directory.shard_for(user_id)
         if table is None:
             raise TargetError(f"user {user_id} has no shard")
-        return JobStore(table)
+        return JobStore(table, buckets=self.directory.buckets)
 
     def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]:
         """The rows of `jobs` that exist (one consistent read each: cheap for the few in flight)."""

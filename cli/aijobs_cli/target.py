@@ -21,6 +21,7 @@ from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronContext
 from aijobs.stage_config import StageConfig, binding_name, split_list
+from aijobs.store.keys import IndexBuckets
 from aijobs.store.spend import SpendRecords
 from aijobs.store.tenants import Directory
 from aijobs.webhooks.secrets import WebhookSecrets
@@ -47,6 +48,8 @@ class Target:
     region: str | None = None
     meta_table: str | None = None
     shard_tables: list[str] = field(default_factory=list)
+    # The stage's INDEX_BUCKETS / INDEX_BUCKETS_READ (stack outputs or info file; absent: defaults).
+    index_buckets: IndexBuckets = field(default_factory=IndexBuckets)
     bucket: str | None = None
     alert_topic_arn: str | None = None
     queue_urls: dict[str, str] = field(default_factory=dict)
@@ -86,6 +89,7 @@ class Target:
             region=info.get("region"),
             meta_table=info["meta_table"],
             shard_tables=list(info["shard_tables"]),
+            index_buckets=_buckets(info.get("index_buckets"), info.get("index_buckets_read")),
             bucket=info.get("bucket"),
             alert_topic_arn=info.get("alert_topic_arn"),
             queue_urls=dict(info["queue_urls"]),
@@ -121,6 +125,7 @@ class Target:
             region=region,
             meta_table=outputs.get("MetaTableName"),
             shard_tables=[t for t in outputs.get("ShardTableNames", "").split(",") if t],
+            index_buckets=_buckets(outputs.get("IndexBuckets"), outputs.get("IndexBucketsRead")),
             bucket=outputs.get("BucketName"),
             alert_topic_arn=outputs.get("AlertTopicArn"),
             cron_function=outputs.get("CronDispatcherFunction"),
@@ -205,6 +210,7 @@ class Target:
         return Directory(
             resource.Table(self._need(self.meta_table, "meta table")),
             tuple(resource.Table(name) for name in self._need(self.shard_tables, "shard tables")),
+            buckets=self.index_buckets,
         )
 
     def queues(self) -> JobQueues:
@@ -244,6 +250,16 @@ class Target:
             stuck_after=timedelta(seconds=config.stuck_queued_seconds),
             clock=utcnow,
         )
+
+
+def _buckets(write: Any, read: Any) -> IndexBuckets:
+    """The stage's bucket counts; a stage deployed before write sharding publishes none (defaults)."""
+    if write in (None, ""):
+        return IndexBuckets()
+    try:
+        return IndexBuckets(int(write), int(read or 0))
+    except ValueError as error:
+        raise TargetError(f"the stage's index buckets are invalid: {error}") from None
 
 
 def _binding(kind: str) -> str:

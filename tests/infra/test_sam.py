@@ -217,7 +217,7 @@ def test_a_function_runs_its_sample_event_with_the_env_file_of_the_local_stack(
     from aijobs.domain import utcnow
     from aijobs.store.jobs import JobStore
 
-    store = JobStore(store_table, utcnow)
+    store = JobStore(store_table, utcnow, buckets=directory.buckets)
     ids = [json.loads(record["body"])["jobId"] for record in event["Records"]]
     now = utcnow()
     for job_id in ids:

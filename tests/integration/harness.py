@@ -121,7 +121,7 @@ class Stage:
     def store_for(self, user_id: str) -> JobStore:
         table = self.directory.shard_for(user_id)
         assert table is not None, f"unknown user {user_id}"
-        return JobStore(table, self.clock)
+        return JobStore(table, self.clock, buckets=self.directory.buckets)
 
     def submit(self, user_id: str, kind: str, text: Any, **fields: Any) -> Job:
         """Write a queued row and send its reference, as the producer does."""

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 KINDS = "summary;embedding;tts-generate"
 # What each operation can answer besides its success (see aijobs.api.app and api.service).
 EXPECTED: dict[tuple[str, str], tuple[str, set[int]]] = {
-    ("/jobs", "post"): ("createJob", {202, 400, 401, 402, 409, 413, 415, 422, 500, 503}),
+    ("/jobs", "post"): ("createJob", {202, 400, 401, 402, 409, 413, 415, 422, 429, 500, 503}),
     ("/jobs/{job_id}", "get"): ("getJob", {200, 401, 404, 422, 500}),
     ("/jobs/{job_id}/cancel", "post"): ("cancelJob", {200, 401, 404, 409, 422, 500}),
     ("/jobs/{job_id}/children", "get"): ("listJobChildren", {200, 400, 401, 404, 422, 500}),
@@ -79,6 +79,7 @@ def test_every_operation_documents_its_status_codes_with_the_error_body(api: Api
     assert set(error_body["properties"]) == {"code", "message", "details"}
     assert set(error_body["required"]) == {"code", "message"}
     assert "Retry-After" in operations[("/jobs", "post")]["responses"]["503"]["headers"]
+    assert "Retry-After" in operations[("/jobs", "post")]["responses"]["429"]["headers"]
     assert "Location" in operations[("/jobs", "post")]["responses"]["202"]["headers"]
 
 

@@ -71,10 +71,11 @@ def test_a_submit_is_one_transaction_billed_per_item_and_per_index_entry(measure
     assert transaction.write_units == 2 * len(transaction.items)
     (job,) = [item for item in transaction.items if item.sort == "JOB#{}"]
     assert (job.action, job.partition, job.changed) == ("Put", "USER#{}", True)
-    # A new job row enters the tenant's status index and the kind/status index shared by all tenants.
+    # A new job row enters the tenant's status index and one bucket of the kind/status index shared
+    # by all tenants (write-sharded: `KIND#<kind>#STATUS#<status>#<bucket>`).
     assert {(w.index, w.partition, w.writes) for w in job.index_writes} == {
         ("by_user_status", "USER#{}#STATUS#{}", 1),
-        ("by_kind_status", "KIND#{}#STATUS#{}", 1),
+        ("by_kind_status", "KIND#{}#STATUS#{}#{}", 1),
     }
     assert transaction.index_write_units == sum(w.units for i in transaction.items for w in i.index_writes)
     assert submit.count("sqs", "SendMessage", table="queue") == 1

@@ -18,7 +18,7 @@ from aijobs.domain import Job, JobStatus
 from aijobs.errors import PaymentRequiredError, TransitionConflict
 from aijobs.ids import new_job_id
 from aijobs.store.jobs import JobStore
-from aijobs.store.keys import SHARD_INDEXES, child_job_id
+from aijobs.store.keys import SHARD_INDEXES, IndexBuckets, child_job_id
 from aijobs_cli.resources import _create_table
 from tests.integration.harness import Clock
 
@@ -209,7 +209,8 @@ def test_ledger_invariant_holds_for_any_sequence(operations: list[tuple[str, int
         client = boto3.client("dynamodb", region_name="us-east-1")
         _create_table(client, "shard", SHARD_INDEXES, set())
         clock = Clock()
-        store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("shard"), clock)
+        table = boto3.resource("dynamodb", region_name="us-east-1").Table("shard")
+        store = JobStore(table, clock, buckets=IndexBuckets(write=4))
         jobs: list[Job] = []
         parents = Parents()
         # Credit to spend first, so that jobs and parents get submitted in most examples.

@@ -118,7 +118,7 @@ def test_a_fired_cron_run_expires_due_credits(stack: LocalStack, client: Target)
     directory = client.directory()
     table = directory.shard_for(DEMO_USER)
     assert table is not None
-    ledger = JobStore(table).ledger
+    ledger = JobStore(table, buckets=directory.buckets).ledger
     before = ledger.account(DEMO_USER).balance
     ledger.grant(DEMO_USER, 7, datetime.now(UTC) + timedelta(seconds=1))
     time.sleep(1.5)

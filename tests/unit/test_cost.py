@@ -145,7 +145,7 @@ def test_article_workload_on_aws_by_hand() -> None:
     assert _sqs(est, VISIBILITY) == 800 + 200 * 3
     assert _sqs(est, DLQ_SEND) == 200
     assert _sqs(est, DLQ_RECEIVE) == _sqs(est, DLQ_DELETE) == 40
-    assert _sqs(est, EMPTY_POLLS) == 5 * POLLS_PER_POLLER * 10  # 5 main queues + 5 DLQs
+    assert _sqs(est, EMPTY_POLLS) == 5 * POLLS_PER_POLLER * 11  # 5 main queues + 5 DLQs + webhooks
     assert est.quantity("Lambda", "API (producer) invocations") == 20_000 + 60_000
     assert est.quantity("Lambda", "consumer duration") == pytest.approx(21_400 * 2.0 * 0.5)
     assert est.quantity("API Gateway", "HTTP API requests") == 80_000
@@ -262,16 +262,16 @@ def test_provider_rechecks_are_re_sends() -> None:
 def test_empty_polls_are_pollers_x_queues_x_long_polls(pollers: int, queues: int) -> None:
     est = estimate(_small(esm_pollers=pollers, queues=queues))
     # Each kind has a main queue and a DLQ, both with an event-source mapping.
-    assert _sqs(est, EMPTY_POLLS) == pollers * POLLS_PER_POLLER * 2 * queues
+    assert _sqs(est, EMPTY_POLLS) == pollers * POLLS_PER_POLLER * (2 * queues + 1)
 
 
 def test_empty_polls_do_not_depend_on_traffic_and_dominate_a_quiet_month() -> None:
     quiet = estimate(_small(jobs_per_month=1, retry_rate=0, dlq_rate=0))
     busy = estimate(_small(jobs_per_month=1_000_000))
-    assert _sqs(quiet, EMPTY_POLLS) == _sqs(busy, EMPTY_POLLS) == 6_570_000
+    assert _sqs(quiet, EMPTY_POLLS) == _sqs(busy, EMPTY_POLLS) == 7_227_000  # 5 x 131,400 x 11
     assert estimate(_small(esm_pollers=0)).quantity("SQS", EMPTY_POLLS) == 0
     quiet_sqs = quiet.by_service()["SQS"]
-    assert quiet_sqs == pytest.approx(6_570_000 / 1_000_000 * 0.40, rel=1e-3)
+    assert quiet_sqs == pytest.approx(7_227_000 / 1_000_000 * 0.40, rel=1e-3)
 
 
 # --- totals and prices --------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def test_render_text_shows_every_line_its_derivation_and_the_totals() -> None:
         assert line.how in text
     assert "61,200 operations" in text
     assert f"{est.aws_total_usd:.4f}" in text
-    assert "6,570,000" in text
+    assert "7,227,000" in text
     assert "e-0" not in text  # prices without exponent notation
 
 

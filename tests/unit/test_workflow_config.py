@@ -38,6 +38,7 @@ def _consumer_env(config: StageConfig, kind: str, **urls: str) -> dict[str, str]
         "META_TABLE_NAME": "meta",
         "SHARD_TABLE_NAMES": "shard-0",
         "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
+        **config.table_settings_env(),
         "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts",
         "BUCKET_NAME": "bucket",
         "QUEUE_NAME": kind,
@@ -54,6 +55,7 @@ def _dlq_env(config: StageConfig, **urls: str) -> dict[str, str]:
         "META_TABLE_NAME": "meta",
         "SHARD_TABLE_NAMES": "shard-0",
         "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
+        **config.table_settings_env(),
         "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts",
         **config.dlq_settings_env(),
         **dead_letter_queues_env({kind: f"{kind}-dlq" for kind in config.queue_names}),
@@ -323,6 +325,7 @@ def test_a_function_without_linked_queues_fails_at_cold_start() -> None:
     env = {
         "STAGE": "dev", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
         "DEAD_LETTER_QUEUES": "", "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
+        "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
     }  # fmt: skip
     assert DlqSettings.from_env({**env, "LINKED_QUEUES": ""}).linked_queue_urls == {}
     with pytest.raises(ValueError, match="LINKED_QUEUES is missing"):
@@ -334,6 +337,7 @@ def test_the_dlq_consumer_maps_its_queues_to_kinds_from_its_environment() -> Non
     env = {
         "STAGE": "prod", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
         "LINKED_QUEUES": "", "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
+        "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
     }  # fmt: skip
     names = {"summary": "aijobs-prod-QueuesummaryDlq1A2B-x1", "tts-generate": "aijobs-prod-QueuettsDlq3C-y2"}
     settings = DlqSettings.from_env({**env, **dead_letter_queues_env(names)})

@@ -50,6 +50,7 @@ class AijobsStack(Stack):
         table_env = {
             "META_TABLE_NAME": tables.meta.table_name,
             "SHARD_TABLE_NAMES": Fn.join(",", [shard.table_name for shard in tables.shards]),
+            **config.table_settings_env(),
         }
         alert_env = {"ALERT_TOPIC_ARN": alerts.topic.topic_arn}
         # Webhook deliveries: every function that finishes jobs queues them (WEBHOOK_QUEUE_URL).
@@ -264,6 +265,9 @@ class AijobsStack(Stack):
         CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the HTTP API")
         CfnOutput(self, "MetaTableName", value=tables.meta.table_name)
         CfnOutput(self, "ShardTableNames", value=table_env["SHARD_TABLE_NAMES"])
+        # The operator CLI opens the shard tables with the functions' bucket counts.
+        CfnOutput(self, "IndexBuckets", value=table_env["INDEX_BUCKETS"])
+        CfnOutput(self, "IndexBucketsRead", value=table_env["INDEX_BUCKETS_READ"])
         CfnOutput(self, "BucketName", value=storage.bucket.bucket_name)
         CfnOutput(self, "AlertTopicArn", value=alerts.topic.topic_arn)
         CfnOutput(self, "QueueNames", value=queue_env["QUEUE_NAMES"] or "-")

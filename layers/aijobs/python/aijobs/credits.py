@@ -22,12 +22,14 @@ from boto3.dynamodb.conditions import Key
 
 from aijobs.errors import PaymentRequiredError
 from aijobs.ids import new_job_id
-from aijobs.store.keys import PK, SK, iso, parse_iso, user_pk
+from aijobs.store.keys import PK, SK, IndexBuckets, iso, parse_iso, query_buckets, user_pk
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
 BALANCE_SK = "CREDITS"
+# The `by_due` partitions shared by every tenant of a shard; items are written to a bucket of each
+# (`GRANT#<b>`, `TX#<b>`, from the grant or transaction id) and read from all of them.
 GRANT_DUE_PK = "GRANT"
 TX_DUE_PK = "TX"
 TX_TYPES = ("grant", "debit", "refund", "expire")
@@ -71,9 +73,10 @@ class Account:
 class CreditLedger:
     """Credits of the users of one shard table."""
 
-    def __init__(self, table: Table, clock: Callable[[], datetime]) -> None:
+    def __init__(self, table: Table, clock: Callable[[], datetime], *, buckets: IndexBuckets) -> None:
         self._table = table
         self._clock = clock
+        self._buckets = buckets
 
     @property
     def table_name(self) -> str:
@@ -140,7 +143,7 @@ class CreditLedger:
                         "expires_at": iso(expires_at),
                         "created_at": iso(now),
                         "expired": False,
-                        "gsi3pk": GRANT_DUE_PK,
+                        "gsi3pk": self._buckets.partition(GRANT_DUE_PK, grant_id),
                         "gsi3sk": f"{iso(expires_at)}#{user_id}#{grant_id}",
                     },
                     condition="attribute_not_exists(pk)",
@@ -222,14 +225,11 @@ class CreditLedger:
     # --- cron: expiry and retention ------------------------------------------------------------
 
     def due_grants(self, now: datetime, limit: int) -> list[Grant]:
-        response = self._table.query(
-            IndexName="by_due",
-            # Sort keys are `<expires_at>#<user>#<grant>`: "$" sorts right after "#", so this
-            # includes every grant expiring at `now` exactly.
-            KeyConditionExpression=Key("gsi3pk").eq(GRANT_DUE_PK) & Key("gsi3sk").lt(iso(now) + "$"),
-            Limit=limit,
-        )
-        return [_grant(item) for item in response["Items"]]
+        """The `limit` grants that fell due first, across every bucket."""
+        # Sort keys are `<expires_at>#<user>#<grant>`: "$" sorts right after "#", so this
+        # includes every grant expiring at `now` exactly.
+        items = self._due(GRANT_DUE_PK, iso(now) + "$", limit)
+        return [_grant(item) for item in items]
 
     def expire(self, grant: Grant) -> bool:
         """Expire one grant's unspent credit; False when another run (or a debit) got there first."""
@@ -258,12 +258,21 @@ class CreditLedger:
         return sum(self.expire(grant) for grant in self.due_grants(now, limit))
 
     def old_transactions(self, before: datetime, limit: int) -> list[dict[str, Any]]:
-        response = self._table.query(
-            IndexName="by_due",
-            KeyConditionExpression=Key("gsi3pk").eq(TX_DUE_PK) & Key("gsi3sk").lt(iso(before)),
-            Limit=limit,
+        """The `limit` oldest transactions created before `before`, across every bucket."""
+        return self._due(TX_DUE_PK, iso(before), limit)
+
+    def _due(self, base: str, before: str, limit: int) -> list[dict[str, Any]]:
+        return query_buckets(
+            self._table,
+            self._buckets.partitions(base),
+            sort_key="gsi3sk",
+            limit=limit,
+            query={
+                "IndexName": "by_due",
+                "KeyConditionExpression": "gsi3pk = :pk AND gsi3sk < :before",
+                "ExpressionAttributeValues": {":before": before},
+            },
         )
-        return list(response["Items"])
 
     def archive(self, item: dict[str, Any]) -> bool:
         """Remove one transaction past retention, folding its amount into the account's totals."""
@@ -344,7 +353,7 @@ class CreditLedger:
             "type": kind,
             "amount": amount,
             "created_at": iso(now),
-            "gsi3pk": TX_DUE_PK,
+            "gsi3pk": self._buckets.partition(TX_DUE_PK, tx_id),
             "gsi3sk": f"{iso(now)}#{user_id}#{tx_id}",
         }
         if job_id:

@@ -190,6 +190,35 @@ class UnprocessableError(RequestError):
     status, code = 422, "validation_error"
 
 
+class TenantRateLimitedError(RequestError):
+    """One tenant submits faster than its own items take writes (README "Scale"): retry later."""
+
+    status, code = 429, "tenant_rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# DynamoDB's answers when a partition or an item is over its throughput (a table's capacity or
+# an item's ~1,000 writes per second); inside a transaction, the cancellation reason says it.
+DYNAMODB_THROTTLE_CODES = frozenset(
+    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
+)
+
+
+def is_dynamodb_throttle(error: Exception) -> bool:
+    """Whether DynamoDB refused a request (or a transaction's item) for throughput."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(error, ClientError):
+        return False
+    if str(error.response.get("Error", {}).get("Code", "")) in DYNAMODB_THROTTLE_CODES:
+        return True
+    reasons = error.response.get("CancellationReasons") or []
+    return any(str(reason.get("Code", "")) == "ThrottlingError" for reason in reasons)
+
+
 class ServiceUnavailableError(RequestError):
     """Our own dependency failed (e.g. the queue): the client may retry with the same key."""
 

@@ -48,6 +48,7 @@ def directory(settings: FunctionSettings) -> Directory:
     return Directory(
         resource.Table(settings.meta_table_name),
         tuple(resource.Table(name) for name in settings.shard_table_names),
+        buckets=settings.index_buckets,
     )
 
 

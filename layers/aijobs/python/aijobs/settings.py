@@ -24,6 +24,7 @@ from aijobs.stage_config import (
     parse_prices,
     split_list,
 )
+from aijobs.store.keys import MAX_INDEX_BUCKETS, IndexBuckets
 
 
 class FunctionSettings(BaseModel):
@@ -32,6 +33,9 @@ class FunctionSettings(BaseModel):
     stage: str = Field(validation_alias="STAGE", min_length=1)
     meta_table_name: str = Field(validation_alias="META_TABLE_NAME", min_length=1)
     shard_table_names: tuple[str, ...] = Field(validation_alias="SHARD_TABLE_NAMES", min_length=1)
+    # Write sharding of the index partitions all tenants share (aijobs.store.keys.IndexBuckets).
+    index_buckets_write: int = Field(validation_alias="INDEX_BUCKETS", ge=1, le=MAX_INDEX_BUCKETS)
+    index_buckets_read: int = Field(validation_alias="INDEX_BUCKETS_READ", ge=1, le=MAX_INDEX_BUCKETS)
 
     @field_validator("shard_table_names", mode="before")
     @classmethod
@@ -41,6 +45,15 @@ class FunctionSettings(BaseModel):
             if isinstance(value, str)
             else value
         )
+
+    @model_validator(mode="after")
+    def _check_buckets(self) -> Self:
+        IndexBuckets(self.index_buckets_write, self.index_buckets_read)  # raises if READ < INDEX_BUCKETS
+        return self
+
+    @property
+    def index_buckets(self) -> IndexBuckets:
+        return IndexBuckets(self.index_buckets_write, self.index_buckets_read)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Self:

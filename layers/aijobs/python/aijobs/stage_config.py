@@ -74,6 +74,9 @@ INT_KEYS: dict[str, _IntKey] = {
     "CONSUMER_TIMEOUT_SECONDS": _IntKey(60, 3, 900, "queue consumer Lambda timeout"),
     "CONSUMER_MEMORY_MB": _IntKey(512, 128, 10240, "queue consumer Lambda memory"),
     "SHARD_COUNT": _IntKey(1, 1, 32, "tenant shard tables"),
+    "INDEX_BUCKETS": _IntKey(8, 1, 64, "write-sharding buckets of the index partitions all tenants share"),
+    # 0 (the default) reads exactly INDEX_BUCKETS; see README "Scale" for changing the count.
+    "INDEX_BUCKETS_READ": _IntKey(0, 0, 64, "buckets readers query (0: INDEX_BUCKETS; >= it while lowering)"),
     "LOG_RETENTION_DAYS": _IntKey(30, 1, 3653, "CloudWatch Logs retention of every function"),
     "RESULT_RETENTION_DAYS": _IntKey(30, 1, 3650, "S3 lifecycle expiry of job results"),
     "INPUT_RETENTION_DAYS": _IntKey(7, 1, 3650, "S3 lifecycle expiry of uploaded job inputs"),
@@ -237,6 +240,8 @@ class StageConfig:
     consumer_timeout_seconds: int
     consumer_memory_mb: int
     shard_count: int
+    index_buckets: int
+    index_buckets_read: int
     log_retention_days: int
     result_retention_days: int
     input_retention_days: int
@@ -309,6 +314,13 @@ class StageConfig:
         if self.openai_secret_name:
             env["OPENAI_SECRET_NAME"] = self.openai_secret_name
         return env
+
+    def table_settings_env(self) -> dict[str, str]:
+        """What every function reading or writing the shard tables needs beyond their names."""
+        return {
+            "INDEX_BUCKETS": str(self.index_buckets),
+            "INDEX_BUCKETS_READ": str(self.index_buckets_read or self.index_buckets),
+        }
 
     def api_settings_env(self) -> dict[str, str]:
         return {
@@ -496,6 +508,11 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         raise ConfigError(
             "a kind runs on the openai provider: set OPENAI_SECRET_NAME to the Secrets Manager secret "
             "holding its API key (never put the key itself in configuration)"
+        )
+    if config.index_buckets_read and config.index_buckets_read < config.index_buckets:
+        raise ConfigError(
+            f"INDEX_BUCKETS_READ={config.index_buckets_read} must be at least INDEX_BUCKETS="
+            f"{config.index_buckets}: readers must cover every bucket written (0 reads INDEX_BUCKETS)"
         )
     if config.batch_size > 10 and config.batch_window_seconds < 1:
         raise ConfigError("BATCH_SIZE above 10 needs BATCH_WINDOW_SECONDS of at least 1")

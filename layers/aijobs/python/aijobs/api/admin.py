@@ -165,7 +165,7 @@ class AdminService:
         tables = self._tables(tenant)
         found: list[Job] = []
         for table in tables:
-            store = JobStore(table, self.clock)
+            store = JobStore(table, self.clock, buckets=self.directory.buckets)
             for each_kind in kinds:
                 for each_status in statuses:
                     found.extend(
@@ -187,7 +187,11 @@ class AdminService:
 
     def job(self, user_id: str, job_id: str) -> Job:
         table = self.directory.shard_for(user_id) if _JOB_ID.fullmatch(job_id) else None
-        job = JobStore(table, self.clock).get(user_id, job_id) if table is not None else None
+        job = (
+            JobStore(table, self.clock, buckets=self.directory.buckets).get(user_id, job_id)
+            if table is not None
+            else None
+        )
         if job is None:
             raise NotFoundError(f"no job {job_id!r} for user {user_id!r}")
         return job
@@ -255,7 +259,8 @@ class AdminService:
         counts = {hour: [0, 0] for hour in hours}
         oldest: datetime | None = None
         stores = [
-            JobStore(self.directory.shard_tables[i], self.clock) for i in self.directory.active_shards()
+            JobStore(self.directory.shard_tables[i], self.clock, buckets=self.directory.buckets)
+            for i in self.directory.active_shards()
         ]
         for store in stores:
             for column, status in enumerate((JobStatus.SUCCEEDED, JobStatus.FAILED_FINAL)):

@@ -68,6 +68,7 @@ from aijobs.errors import (
     RateLimitedError,
     RequestError,
     ServiceUnavailableError,
+    TenantRateLimitedError,
     ThrottledError,
     TransitionConflict,
     UnauthorizedError,
@@ -156,7 +157,7 @@ app.use([_authenticate])
 def _request_error(error: RequestError) -> Response[Any]:
     if isinstance(error, ServiceUnavailableError):
         logger.warning("request refused: dependency unavailable", extra={"code": error.code})
-    retry_after = error.retry_after if isinstance(error, RateLimitedError) else None
+    retry_after = error.retry_after if isinstance(error, (RateLimitedError, TenantRateLimitedError)) else None
     return _error_response(error.status, error.code, error.message, error.details, retry_after=retry_after)
 
 
@@ -221,14 +222,15 @@ _ERROR_DESCRIPTIONS: dict[int, str] = {
         "schema error (with field paths), unknown kind, a missing, foreign or oversized input object, "
         "an upload of a refused content type or size, or workflow options or an input it cannot split"
     ),
-    429: "too many operator calls from this key; retry after `Retry-After` seconds",
+    429: "too many operator calls from this key (`rate_limited`), or you submit faster than your account's "
+    "items take writes (`tenant_rate_limited`); retry after `Retry-After` seconds",
     500: "unexpected failure on our side",
     503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
 }
 _ERROR_HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
-    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
     429: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}},
 }
 # Every authenticated operation can answer these; each route adds what its own logic can refuse.
 _COMMON_ERRORS = (401, 422, 500)
@@ -277,7 +279,7 @@ def _principal() -> Any:
     responses=_responses(
         202,
         "accepted and queued (or the same job again, for a replayed Idempotency-Key)",
-        400, 402, 409, 413, 415, 503,
+        400, 402, 409, 413, 415, 429, 503,
         model=JobAccepted,
         headers={"Location": {"description": "the job's URL", "schema": {"type": "string"}}},
     ),

@@ -39,11 +39,13 @@ from aijobs.errors import (
     ProviderError,
     ServiceUnavailableError,
     SpendCapReachedError,
+    TenantRateLimitedError,
     TransitionConflict,
     UnauthorizedError,
     UnprocessableError,
     UnsupportedUploadTypeError,
     UploadTooLargeError,
+    is_dynamodb_throttle,
 )
 from aijobs.ids import new_job_id
 from aijobs.observability import METRIC_ACCEPTED, emit, logger
@@ -145,7 +147,7 @@ class JobService:
         table = self.directory.shard_for(principal.user_id)
         if table is None:
             raise UnauthorizedError("the API key's user has no tenant", code="unknown_user")
-        return JobStore(table, self.clock)
+        return JobStore(table, self.clock, buckets=self.directory.buckets)
 
     def submit(
         self, principal: Principal, request: JobRequest, idempotency_key: str | None
@@ -268,6 +270,14 @@ class JobService:
             try:
                 store.create(job, idempotency_key=idempotency_key, request_hash=digest, extra_writes=writes)
             except ClientError as error:
+                if is_dynamodb_throttle(error):
+                    # The tenant's own items (its balance, its partition) are over DynamoDB's
+                    # per-item rate: say so, instead of a 500 or a hot retry loop. Nothing was written.
+                    logger.warning("submit throttled by DynamoDB", extra={"userId": job.user_id})
+                    raise TenantRateLimitedError(
+                        "you are submitting faster than your account can take; retry after Retry-After",
+                        retry_after=1.0,
+                    ) from None
                 if error.response["Error"]["Code"] != "TransactionCanceledException":
                     raise
                 continue  # credits changed between reading and writing: read again

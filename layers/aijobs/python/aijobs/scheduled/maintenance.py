@@ -97,7 +97,7 @@ def run_maintenance(run: CronRun, ctx: CronContext) -> dict[str, Any]:
 
 
 def _maintain_shard(table: Table, ctx: CronContext, now: Any, retention: Retention) -> dict[str, int]:
-    ledger = CreditLedger(table, ctx.clock)
+    ledger = CreditLedger(table, ctx.clock, buckets=ctx.directory.buckets)
     expired = ledger.expire_due(now, limit=EXPIRE_LIMIT)
     if expired:
         emit(METRIC_CREDITS_EXPIRED, value=expired)
@@ -105,7 +105,9 @@ def _maintain_shard(table: Table, ctx: CronContext, now: Any, retention: Retenti
         now - timedelta(days=retention.credit_transaction_days), limit=TRANSACTION_CLEANUP_LIMIT
     )
     tasks = _cleanup_tasks(
-        JobStore(table, ctx.clock), ctx.kinds, now - timedelta(days=retention.ai_task_days)
+        JobStore(table, ctx.clock, buckets=ctx.directory.buckets),
+        ctx.kinds,
+        now - timedelta(days=retention.ai_task_days),
     )
     return {"creditsExpired": expired, "transactionsRemoved": transactions, "tasksRemoved": tasks}
 

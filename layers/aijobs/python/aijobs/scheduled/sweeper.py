@@ -35,7 +35,7 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     actions: Counter[str] = Counter()
     resent = 0
     for index in ctx.directory.active_shards():
-        store = JobStore(ctx.directory.shard_tables[index], ctx.clock)
+        store = JobStore(ctx.directory.shard_tables[index], ctx.clock, buckets=ctx.directory.buckets)
         for kind in ctx.kinds:
             for job in store.query_kind_status(kind, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
                 if job.lease_expires_at is not None and job.lease_expires_at < now:
@@ -45,7 +45,9 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
                 for job in stale:
                     actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
         # Webhook deliveries whose message was lost after the job's final commit.
-        resent += resend_lost(ctx.directory.shard_tables[index], ctx.queues, ctx.kinds, now)
+        resent += resend_lost(
+            ctx.directory.shard_tables[index], ctx.queues, ctx.kinds, now, buckets=ctx.directory.buckets
+        )
     for key, count in actions.items():
         kind, action = key.split(":", 1)
         if action not in ("skipped", NOT_DUE):

@@ -25,6 +25,7 @@ from aijobs.store.keys import (
     PK,
     SK,
     TTL_ATTRIBUTE,
+    IndexBuckets,
     children_sk_prefix,
     idempotency_sk,
     is_child_id,
@@ -33,6 +34,7 @@ from aijobs.store.keys import (
     kind_status_pk,
     parent_status_pk,
     parse_iso,
+    query_buckets,
     user_pk,
     user_status_pk,
 )
@@ -71,10 +73,14 @@ class Page:
 class JobStore:
     """Job rows of one shard table (`USER#<userId>` / `JOB#<jobId>`, see TABLES.md)."""
 
-    def __init__(self, table: Table, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self, table: Table, clock: Callable[[], datetime] = utcnow, *, buckets: IndexBuckets
+    ) -> None:
         self._table = table
+        # The stage's INDEX_BUCKETS: where `by_kind_status` keys are written and read.
+        self._buckets = buckets
         # Credits live in the same shard table: refunds ride in the job's own transactions.
-        self.ledger = CreditLedger(table, clock)
+        self.ledger = CreditLedger(table, clock, buckets=buckets)
 
     @property
     def table_name(self) -> str:
@@ -95,7 +101,7 @@ class JobStore:
             {
                 "Put": {
                     "TableName": self.table_name,
-                    "Item": _to_item(job),
+                    "Item": _to_item(job, self._buckets),
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
             }
@@ -201,9 +207,10 @@ class JobStore:
         limit: int | None = None,
     ) -> list[Job]:
         """Jobs of a kind and status whose last change lies in (after, before), oldest first, at most
-        `limit` of them: operator re-runs, the sweeper, retention clean-up."""
+        `limit` of them: operator re-runs, the sweeper, retention clean-up. Reads every bucket of
+        the kind and status (and the legacy partition) and merges them in `gsi2sk` order."""
         condition = "gsi2pk = :pk"
-        values: dict[str, Any] = {":pk": kind_status_pk(kind, status.value)}
+        values: dict[str, Any] = {}
         if after is not None and before is not None:
             condition += " AND gsi2sk BETWEEN :after AND :before"
             values |= {":after": iso(after), ":before": iso(before)}
@@ -218,15 +225,14 @@ class JobStore:
             "KeyConditionExpression": condition,
             "ExpressionAttributeValues": values,
         }
-        jobs: list[Job] = []
-        while True:
-            if limit is not None:
-                query["Limit"] = limit - len(jobs)
-            response = self._table.query(**query)
-            jobs.extend(_from_item(item) for item in response["Items"])
-            if "LastEvaluatedKey" not in response or (limit is not None and len(jobs) >= limit):
-                return jobs
-            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        items = query_buckets(
+            self._table,
+            self._buckets.partitions(kind_status_pk(kind, status.value)),
+            sort_key="gsi2sk",
+            limit=limit,
+            query=query,
+        )
+        return [_from_item(item) for item in items]
 
     def newest_of_kind_status(
         self,
@@ -241,9 +247,10 @@ class JobStore:
     ) -> list[Job]:
         """Up to `limit` jobs of a kind and status, newest change first, each older than the
         `position` `below` and changed after `after`; `user_id` and `error_class` filter on the
-        server. The operator console's listing across tenants (aijobs.api.admin)."""
+        server. The operator console's listing across tenants (aijobs.api.admin). Reads every
+        bucket of the kind and status (and the legacy partition) and merges them newest first."""
         condition = "gsi2pk = :pk"
-        values: dict[str, Any] = {":pk": kind_status_pk(kind, status.value)}
+        values: dict[str, Any] = {}
         if below is not None and after is not None:
             condition += " AND gsi2sk BETWEEN :after AND :below"
             values |= {":after": iso(after), ":below": below}
@@ -268,15 +275,15 @@ class JobStore:
             values[":error_class"] = error_class
         if filters:
             query["FilterExpression"] = " AND ".join(filters)
-        jobs: list[Job] = []
-        while True:
-            query["Limit"] = limit - len(jobs) if not filters else max(limit, 25)
-            response = self._table.query(**query)
-            # BETWEEN includes `below` itself: a page never repeats its last job.
-            jobs.extend(job for job in map(_from_item, response["Items"]) if position(job) != below)
-            if "LastEvaluatedKey" not in response or len(jobs) >= limit:
-                return jobs[:limit]
-            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        items = query_buckets(
+            self._table,
+            self._buckets.partitions(kind_status_pk(kind, status.value)),
+            sort_key="gsi2sk",
+            limit=limit + 1,  # BETWEEN includes `below` itself: one more, then it is dropped
+            query=query,
+        )
+        jobs = [job for job in map(_from_item, items) if position(job) != below]
+        return jobs[:limit]
 
     def count_running(self, user_id: str, kind: str, *, now: datetime) -> int:
         """How many of the user's jobs of `kind` are running now (a claim under a live lease, or a
@@ -740,7 +747,7 @@ class JobStore:
                     {
                         "Put": {
                             "TableName": self.table_name,
-                            "Item": _to_item(child),
+                            "Item": _to_item(child, self._buckets),
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     }
@@ -1047,8 +1054,8 @@ class JobStore:
         conflict = _lost_race(job, status, lost_race_returns_none)
         return self._send(request, return_row=False, conflict=conflict) is not None
 
-    @staticmethod
     def _update_request(
+        self,
         job: Job | JobKey,
         status: JobStatus,
         now: datetime,
@@ -1070,7 +1077,7 @@ class JobStore:
             ":status": status.value,
             ":now_ts": iso(now),
             ":gsi1pk": _gsi1pk(job, status),
-            ":gsi2pk": kind_status_pk(job.kind, status.value),
+            ":gsi2pk": self._buckets.partition(kind_status_pk(job.kind, status.value), job.job_id),
             ":gsi2sk": f"{iso(now)}#{job.job_id}",
             **values,
         }
@@ -1283,14 +1290,14 @@ def _clip(message: str, limit: int = 1000) -> str:
     return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
-def _to_item(job: Job) -> dict[str, Any]:
+def _to_item(job: Job, buckets: IndexBuckets) -> dict[str, Any]:
     """A new job row with its index keys. JSON-ish fields are stored as strings (no Decimal trouble)."""
     item: dict[str, Any] = {
         PK: user_pk(job.user_id),
         SK: job_sk(job.job_id),
         "gsi1pk": _gsi1pk(job, job.status),
         "gsi1sk": job_sk(job.job_id),
-        "gsi2pk": kind_status_pk(job.kind, job.status.value),
+        "gsi2pk": buckets.partition(kind_status_pk(job.kind, job.status.value), job.job_id),
         "gsi2sk": f"{iso(job.updated_at)}#{job.job_id}",
         "jobId": job.job_id,
         "userId": job.user_id,

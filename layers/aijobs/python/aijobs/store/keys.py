@@ -5,7 +5,16 @@ Access patterns are documented in cdk/aijobs_cdk/constructs/TABLES.md.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
 
 PK, SK = "pk", "sk"
 TTL_ATTRIBUTE = "ttl"
@@ -72,7 +81,96 @@ def parent_status_pk(user_id: str, parent_id: str, status: str) -> str:
 
 
 def kind_status_pk(kind: str, status: str) -> str:
+    """The unsuffixed `by_kind_status` partition: rows written before write sharding; new rows
+    carry `IndexBuckets.partition(kind_status_pk(...), job_id)`."""
     return f"KIND#{kind}#STATUS#{status}"
+
+
+# --- write sharding of the index partitions every tenant shares ---------------------------------
+
+DEFAULT_INDEX_BUCKETS = 8
+MAX_INDEX_BUCKETS = 64
+
+
+@dataclass(frozen=True)
+class IndexBuckets:
+    """How many buckets the shared index partitions (`KIND#..#STATUS#..`, `GRANT`, `TX`) are split
+    into: writers put an item in bucket `crc32(id) % write`; readers query buckets `0..read-1` and
+    the unsuffixed legacy partition, so rows written under an earlier count (or none) stay visible.
+
+    `read` (0: same as `write`) is kept at the highest count any row may still carry while the
+    bucket count of a live stage is lowered (README "Scale").
+    """
+
+    write: int = DEFAULT_INDEX_BUCKETS
+    read: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.write <= MAX_INDEX_BUCKETS:
+            raise ValueError(f"INDEX_BUCKETS={self.write} is outside 1-{MAX_INDEX_BUCKETS}")
+        if self.read and not self.write <= self.read <= MAX_INDEX_BUCKETS:
+            raise ValueError(
+                f"INDEX_BUCKETS_READ={self.read} must lie between INDEX_BUCKETS={self.write} and "
+                f"{MAX_INDEX_BUCKETS}: readers must cover every bucket a writer uses"
+            )
+
+    @property
+    def read_count(self) -> int:
+        return self.read or self.write
+
+    def bucket(self, item_id: str) -> int:
+        """A stable bucket of an id (crc32: the same in every process, unlike `hash()`)."""
+        return zlib.crc32(item_id.encode()) % self.write
+
+    def partition(self, base: str, item_id: str) -> str:
+        """The suffixed partition an item with this id is written to: `<base>#<bucket>`."""
+        return f"{base}#{self.bucket(item_id)}"
+
+    def partitions(self, base: str) -> tuple[str, ...]:
+        """Every partition a reader of `base` must query: the legacy one, then each bucket."""
+        return (base, *(f"{base}#{index}" for index in range(self.read_count)))
+
+
+def query_buckets(
+    table: Table,
+    partitions: Iterable[str],
+    *,
+    sort_key: str,
+    limit: int | None,
+    query: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The items of several index partitions as one ordered result: what a query of a single
+    partition would return, in sort-key order (descending when the query says
+    `ScanIndexForward=False`), at most `limit` of them.
+
+    `query` is the Query request with `:pk` standing for the partition in its key condition. Each
+    partition is read in order up to `limit` (paging on), then the sorted lists are merged and cut.
+    """
+    if limit is not None and limit <= 0:
+        return []
+    values = query["ExpressionAttributeValues"]
+    per_partition = [
+        _query_partition(table, {**query, "ExpressionAttributeValues": {**values, ":pk": pk}}, limit)
+        for pk in partitions
+    ]
+    merged: Iterator[dict[str, Any]] = heapq.merge(
+        *per_partition,
+        key=lambda item: str(item[sort_key]),
+        reverse=query.get("ScanIndexForward") is False,
+    )
+    return list(itertools.islice(merged, limit))
+
+
+def _query_partition(table: Table, query: dict[str, Any], limit: int | None) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    while True:
+        if limit is not None:
+            query["Limit"] = limit - len(items)
+        response = table.query(**query)
+        items.extend(response["Items"])
+        if "LastEvaluatedKey" not in response or (limit is not None and len(items) >= limit):
+            return items
+        query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def idempotency_sk(key: str) -> str:

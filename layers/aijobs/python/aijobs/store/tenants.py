@@ -13,7 +13,17 @@ from botocore.exceptions import ClientError
 from aijobs.domain import utcnow
 from aijobs.errors import AijobsError
 from aijobs.ids import new_api_key
-from aijobs.store.keys import API_KEY_SK, PK, PROFILE_SK, SHARD_PK, SK, api_key_pk, iso, user_pk
+from aijobs.store.keys import (
+    API_KEY_SK,
+    PK,
+    PROFILE_SK,
+    SHARD_PK,
+    SK,
+    IndexBuckets,
+    api_key_pk,
+    iso,
+    user_pk,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -78,9 +88,11 @@ class Directory:
     re-opens the user's shard from `userId` on every message.
     """
 
-    def __init__(self, meta: Table, shard_tables: tuple[Table, ...]) -> None:
+    def __init__(self, meta: Table, shard_tables: tuple[Table, ...], *, buckets: IndexBuckets) -> None:
         self.meta = meta
         self.shard_tables = shard_tables
+        # The stage's INDEX_BUCKETS: every JobStore opened on these tables uses them.
+        self.buckets = buckets
         self._shard_of: dict[str, int] = {}
         self._registered: set[int] = set()
         self._keys: dict[str, tuple[Principal, float]] = {}  # key hash -> (principal, valid until)

@@ -125,7 +125,9 @@ class WebhookConsumer:
         with log_context(jobId=message.jobId, userId=message.userId, deliveryId=message.deliveryId):
             table = self.directory.shard_for(message.userId)
             job = (
-                JobStore(table, self.clock).get(message.userId, message.jobId) if table is not None else None
+                JobStore(table, self.clock, buckets=self.directory.buckets).get(message.userId, message.jobId)
+                if table is not None
+                else None
             )
             if table is None or job is None:
                 logger.warning("webhook for a missing job acknowledged")

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from aijobs.observability import logger
 from aijobs.queues import JobQueues
-from aijobs.store.keys import PK, SK, iso, job_sk, user_pk
+from aijobs.store.keys import PK, SK, IndexBuckets, iso, job_sk, user_pk
 from aijobs.webhooks.messages import PENDING, queue_callback
 from aijobs.webhooks.rows import CallbackRows
 
@@ -27,11 +27,14 @@ LOST_GRACE = timedelta(minutes=1)
 LOST_WINDOW = timedelta(hours=1)
 
 
-def resend_lost(table: Table, queues: JobQueues, kinds: tuple[str, ...], now: datetime) -> int:
+def resend_lost(
+    table: Table, queues: JobQueues, kinds: tuple[str, ...], now: datetime, *, buckets: IndexBuckets
+) -> int:
     """Queue the lost deliveries of one shard again; returns how many were re-sent."""
     resent = 0
     for kind in kinds:
-        for job in CallbackRows(table).lost(kind, now=now, window=LOST_WINDOW, grace=LOST_GRACE):
+        lost = CallbackRows(table).lost(kind, now=now, window=LOST_WINDOW, grace=LOST_GRACE, buckets=buckets)
+        for job in lost:
             # One sweeper run wins each re-send (two overlapping runs send once).
             try:
                 table.update_item(

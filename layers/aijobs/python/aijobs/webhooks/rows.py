@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from aijobs.domain import Job, JobStatus
 from aijobs.store.jobs import job_from_item
-from aijobs.store.keys import PK, SK, iso, job_sk, kind_status_pk, user_pk
+from aijobs.store.keys import PK, SK, IndexBuckets, iso, job_sk, kind_status_pk, user_pk
 from aijobs.webhooks.messages import DELIVERED, FAILED, PENDING
 
 if TYPE_CHECKING:
@@ -104,14 +104,22 @@ class CallbackRows:
             raise
         return True
 
-    def lost(self, kind: str, *, now: datetime, window: timedelta, grace: timedelta) -> list[Job]:
+    def lost(
+        self, kind: str, *, now: datetime, window: timedelta, grace: timedelta, buckets: IndexBuckets
+    ) -> list[Job]:
         """Finished jobs of `kind` (in the last `window`) whose delivery is pending and was never
-        tried for longer than `grace`: their message was lost between the commit and the send."""
+        tried for longer than `grace`: their message was lost between the commit and the send.
+        Reads every bucket of the kind's final statuses (and the legacy partition)."""
         found: list[Job] = []
-        for status in (JobStatus.SUCCEEDED, JobStatus.FAILED_FINAL):
+        partitions = [
+            partition
+            for status in (JobStatus.SUCCEEDED, JobStatus.FAILED_FINAL)
+            for partition in buckets.partitions(kind_status_pk(kind, status.value))
+        ]
+        for partition in partitions:
             query: dict[str, Any] = {
                 "IndexName": "by_kind_status",
-                "KeyConditionExpression": Key("gsi2pk").eq(kind_status_pk(kind, status.value))
+                "KeyConditionExpression": Key("gsi2pk").eq(partition)
                 & Key("gsi2sk").between(iso(now - window), iso(now - grace)),
                 "FilterExpression": Attr("callback_state").eq(PENDING)
                 & Attr("callback_attempts").eq(0)
