@@ -154,52 +154,50 @@ def provision(
         s3.create_bucket(Bucket=resources.bucket, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
 
     for kind in config.queue_names:
-        name = queue_resource_name(config.stage, kind)
-        dlq_url = sqs.create_queue(
-            QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
-        )["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        url = sqs.create_queue(
-            QueueName=name,
-            Attributes={
-                "VisibilityTimeout": str(config.visibility_timeout_seconds),
-                "RedrivePolicy": json.dumps(
-                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(config.max_receive_count)}
-                ),
-            },
-        )["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url, arn, dlq_url, dlq_arn = _create_queue_pair(
+            sqs,
+            queue_resource_name(config.stage, kind),
+            visibility_seconds=config.visibility_timeout_seconds,
+            max_receive_count=config.max_receive_count,
+        )
         resources.queue_urls[kind], resources.queue_arns[kind] = url, arn
         resources.dlq_urls[kind], resources.dlq_arns[kind] = dlq_url, dlq_arn
-    _provision_webhook_queue(sqs, config, resources)
+    # The webhook delivery queue and its DLQ (the consumer moves a given-up delivery there itself;
+    # SQS's redrive is the safety net for receives that never reach its code).
+    url, arn, dlq_url, _ = _create_queue_pair(
+        sqs,
+        queue_resource_name(config.stage, WEBHOOK_QUEUE),
+        visibility_seconds=6 * config.webhook_consumer_timeout_seconds,
+        max_receive_count=config.webhook_max_receive_count,
+    )
+    resources.webhook_queue_url, resources.webhook_queue_arn, resources.webhook_dlq_url = url, arn, dlq_url
     return resources
 
 
-def _provision_webhook_queue(sqs: Any, config: StageConfig, resources: StageResources) -> None:
-    """The webhook delivery queue and its DLQ (the consumer moves a given-up delivery there itself;
-    SQS's redrive is the safety net for receives that never reach its code)."""
-    name = queue_resource_name(config.stage, WEBHOOK_QUEUE)
-    dlq_url = sqs.create_queue(
-        QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
-    )["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    url = sqs.create_queue(
-        QueueName=name,
-        Attributes={
-            "VisibilityTimeout": str(6 * config.webhook_consumer_timeout_seconds),
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(config.webhook_max_receive_count)}
-            ),
-        },
-    )["QueueUrl"]
-    resources.webhook_queue_url, resources.webhook_dlq_url = url, dlq_url
-    resources.webhook_queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
+def _create_queue_pair(
+    sqs: Any, name: str, *, visibility_seconds: int, max_receive_count: int
+) -> tuple[str, str, str, str]:
+    """A queue redriving to its `-dlq` (kept 14 days): (url, arn, DLQ url, DLQ arn)."""
+
+    def arn_of(url: str) -> str:
+        return str(
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        )
+
+    dlq_url = str(
+        sqs.create_queue(
+            QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
+        )["QueueUrl"]
+    )
+    dlq_arn = arn_of(dlq_url)
+    redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
+    url = str(
+        sqs.create_queue(
+            QueueName=name,
+            Attributes={"VisibilityTimeout": str(visibility_seconds), "RedrivePolicy": json.dumps(redrive)},
+        )["QueueUrl"]
+    )
+    return url, arn_of(url), dlq_url, dlq_arn
 
 
 def _create_table(dynamodb: Any, name: str, indexes: dict[str, tuple[str, str]], existing: set[str]) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -203,14 +204,22 @@ FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDE
 
 
 @contextmanager
-def running_local_stack(folder: Path) -> Iterator[Any]:
-    """A quiet local stack (the `local` stage with FAST retries) whose info file is in `folder`,
-    with the process state it changes restored afterwards."""
+def running_local_stack(folder: Path, values: Mapping[str, str] | None = None) -> Iterator[Any]:
+    """A quiet local stack (the `local` stage with FAST retries, and `values` over them) whose info
+    file is in `folder`, with the process state it changes restored afterwards."""
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cli.local_stack import LocalStack
 
-    local = LocalStack(
-        load_stage_config("local", FAST), port=0, info_file=folder / "local.json", log=lambda _line: None
-    )
+    config = load_stage_config("local", {**FAST, **(values or {})})
+    local = LocalStack(config, port=0, info_file=folder / "local.json", log=lambda _line: None)
     with restored_process_state(), local:
         yield local
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll `condition` (every 0.2 s) until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

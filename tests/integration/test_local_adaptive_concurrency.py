@@ -5,8 +5,7 @@ again; the history shows in `aijobs status --json`."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from aijobs.store.flow import FlowRecords
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
-from tests.integration.harness import FAST, restored_process_state
+from tests.integration.harness import running_local_stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -33,29 +32,14 @@ KIND = "summary"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    from aijobs_cdk.stage import load_stage_config
-
     values = {
-        **FAST,
         "QUEUE_NAMES": KIND,
         "KIND_PRICES": f"{KIND}:1",
         "CRONS": "",  # the test runs the controller itself, on its own clock
         "QUEUE_MAX_CONCURRENCY": "4",
     }
-    folder = tmp_path_factory.mktemp("local-aimd")
-    local = LocalStack(
-        load_stage_config("local", values), info_file=folder / "local.json", log=lambda _l: None
-    )
-    with restored_process_state(), local:
+    with running_local_stack(tmp_path_factory.mktemp("local-aimd"), values) as local:
         yield local
-
-
-def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _control(stack: LocalStack, at: datetime) -> dict[str, Any]:
@@ -97,7 +81,7 @@ def _count_polls(stack: LocalStack) -> list[int]:
 def test_a_429_storm_narrows_the_pollers_and_quiet_widens_them(stack: LocalStack, tmp_path: Path) -> None:
     assert stack.info_file is not None
     assert stack.resources is not None
-    _until(lambda: len(_active(stack)) == 4, "four pollers")
+    wait_until(lambda: len(_active(stack)) == 4, "four pollers")
     # The scheduler's own firing reaches the emulated mappings: nothing to change yet.
     assert stack.fire_cron(EVERY_MINUTE)["result"]["kinds"][KIND]["action"] == "hold"
     assert _active(stack) == [True] * 4
@@ -111,15 +95,15 @@ def test_a_429_storm_narrows_the_pollers_and_quiet_widens_them(stack: LocalStack
         counts, _ = records.read(KIND, datetime.now(UTC) - timedelta(minutes=5))
         return sum(count.throttled for count in counts)
 
-    _until(lambda: throttled() >= 8, "the consumers to record the storm")
+    wait_until(lambda: throttled() >= 8, "the consumers to record the storm")
 
     narrowed = _control(stack, datetime.now(UTC))
     assert (narrowed["action"], narrowed["maxConcurrency"]) == ("narrow", 2)
     assert _active(stack) == [True, True, False, False]
     polls = _count_polls(stack)
-    _until(lambda: min(polls[:2]) >= 2, "the two remaining pollers to poll")
+    wait_until(lambda: min(polls[:2]) >= 2, "the two remaining pollers to poll")
     polls[2:] = [0, 0]  # a poll under way when the value changed may finish
-    _until(lambda: min(polls[:2]) >= 5, "the two remaining pollers to poll again")
+    wait_until(lambda: min(polls[:2]) >= 5, "the two remaining pollers to poll again")
     assert polls[2:] == [0, 0]  # the pollers above the value idle
 
     quiet = _control(stack, datetime.now(UTC) + timedelta(minutes=11))

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
-from tests.integration.harness import FAST, restored_process_state
+from tests.integration.harness import running_local_stack
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,7 @@ LONG_TASK = "#running:1000 A long task the provider keeps working on."
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    from aijobs_cdk.stage import load_stage_config
-
     values = {
-        **FAST,
         "QUEUE_NAMES": "summary",
         "KIND_PRICES": "summary:1",
         "CRONS": "",
@@ -37,10 +34,7 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
         "TENANT_MAX_RUNNING": "1",
         "TENANT_HOLD_SECONDS": "1",
     }
-    local = LocalStack(
-        load_stage_config("local", values), info_file=tmp_path / "local.json", log=lambda _line: None
-    )
-    with restored_process_state(), local:
+    with running_local_stack(tmp_path, values) as local:
         yield local
 
 

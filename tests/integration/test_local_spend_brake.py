@@ -8,7 +8,6 @@ consumer trusts the day's state for STATE_REFRESH); here they are shortened to k
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +23,7 @@ from aijobs.store.keys import PK, SK, job_sk, user_pk
 from aijobs_cli.local_stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
-from tests.integration.harness import FAST, restored_process_state
+from tests.integration.harness import running_local_stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -33,25 +32,11 @@ TEXT = "#cost:0.06 Queues decouple accepting work from doing it. The consumer do
 
 @pytest.fixture
 def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
-    from aijobs_cdk.stage import load_stage_config
-
     monkeypatch.setattr(dispatcher, "HOLD_SECONDS", 1)
     monkeypatch.setattr(spend, "STATE_REFRESH", timedelta(0))
-    values = {**FAST, "QUEUE_NAMES": "summary", "KIND_PRICES": "summary:1", "CRONS": ""}
-    values |= {"SPEND_DAILY_CAP_USD": "0.1"}
-    local = LocalStack(
-        load_stage_config("local", values), info_file=tmp_path / "local.json", log=lambda _line: None
-    )
-    with restored_process_state(), local:
+    values = {"QUEUE_NAMES": "summary", "KIND_PRICES": "summary:1", "CRONS": "", "SPEND_DAILY_CAP_USD": "0.1"}
+    with running_local_stack(tmp_path, values) as local:
         yield local
-
-
-def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _row(stack: LocalStack, job_id: str) -> dict[str, Any]:
@@ -82,19 +67,19 @@ def test_a_braked_local_stack_holds_jobs_past_its_cap_and_runs_them_after_a_rele
         return lambda: bool(_row(stack, job_id)["status"] == "succeeded")
 
     for _ in range(2):  # one after the other: 0.12 USD of the 0.1 USD cap
-        _until(succeeded(submit()), "a job to succeed")
+        wait_until(succeeded(submit()), "a job to succeed")
     stage = _spend(stack)["stage"]
     assert (stage["spentUsd"], stage["capUsd"], stage["held"]) == ("0.12", "0.1", True)
 
     held = submit()
-    _until(lambda: "held_until" in _row(stack, held), "the job to be held")
+    wait_until(lambda: "held_until" in _row(stack, held), "the job to be held")
     first_mark = _row(stack, held)["held_until"]
-    _until(lambda: _row(stack, held)["held_until"] != first_mark, "the job to be held again")
+    wait_until(lambda: _row(stack, held)["held_until"] != first_mark, "the job to be held again")
     row = _row(stack, held)
     assert (row["status"], row["attempts"]) == ("queued", 0)
 
     assert _spend(stack, "release")["released"] == "stage"
-    _until(succeeded(held), "the released job to run")
+    wait_until(succeeded(held), "the released job to run")
     assert _row(stack, held)["attempts"] == 1
     report = _spend(stack)["stage"]
     assert (report["spentUsd"], report["released"], report["held"]) == ("0.18", True, False)

@@ -209,17 +209,7 @@ class JobStore:
         """Jobs of a kind and status whose last change lies in (after, before), oldest first, at most
         `limit` of them: operator re-runs, the sweeper, retention clean-up. Reads every bucket of
         the kind and status (and the legacy partition) and merges them in `gsi2sk` order."""
-        condition = "gsi2pk = :pk"
-        values: dict[str, Any] = {}
-        if after is not None and before is not None:
-            condition += " AND gsi2sk BETWEEN :after AND :before"
-            values |= {":after": iso(after), ":before": iso(before)}
-        elif before is not None:
-            condition += " AND gsi2sk < :before"
-            values[":before"] = iso(before)
-        elif after is not None:
-            condition += " AND gsi2sk > :after"
-            values[":after"] = iso(after)
+        condition, values = _changed_between(iso(after) if after else None, iso(before) if before else None)
         query: dict[str, Any] = {
             "IndexName": "by_kind_status",
             "KeyConditionExpression": condition,
@@ -249,17 +239,7 @@ class JobStore:
         `position` `below` and changed after `after`; `user_id` and `error_class` filter on the
         server. The operator console's listing across tenants (aijobs.api.admin). Reads every
         bucket of the kind and status (and the legacy partition) and merges them newest first."""
-        condition = "gsi2pk = :pk"
-        values: dict[str, Any] = {}
-        if below is not None and after is not None:
-            condition += " AND gsi2sk BETWEEN :after AND :below"
-            values |= {":after": iso(after), ":below": below}
-        elif below is not None:
-            condition += " AND gsi2sk < :below"
-            values[":below"] = below
-        elif after is not None:
-            condition += " AND gsi2sk > :after"
-            values[":after"] = iso(after)
+        condition, values = _changed_between(iso(after) if after else None, below)
         query: dict[str, Any] = {
             "IndexName": "by_kind_status",
             "KeyConditionExpression": condition,
@@ -1143,6 +1123,19 @@ class JobKey:
     def parent_id(self) -> str | None:
         """A child's parent, from its id (`<parent>.<part>`); None for any other job."""
         return self.job_id.rsplit(".", 1)[0] if is_child_id(self.job_id) else None
+
+
+def _changed_between(after: str | None, before: str | None) -> tuple[str, dict[str, Any]]:
+    """The `by_kind_status` key condition of a status partition (`:pk`, filled in per bucket) whose
+    `gsi2sk` (`<updated_at>#<jobId>`) lies after `after` and before `before` (both inclusive when
+    both are given: DynamoDB's BETWEEN), with its values."""
+    if after is not None and before is not None:
+        return "gsi2pk = :pk AND gsi2sk BETWEEN :after AND :before", {":after": after, ":before": before}
+    if before is not None:
+        return "gsi2pk = :pk AND gsi2sk < :before", {":before": before}
+    if after is not None:
+        return "gsi2pk = :pk AND gsi2sk > :after", {":after": after}
+    return "gsi2pk = :pk", {}
 
 
 def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
