@@ -3,17 +3,16 @@ twice in a transaction) and again in each index entry, so a first-try success fi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 
-from aijobs import runtime
 from aijobs.store.keys import PK, SK, job_sk, user_pk
 from aijobs_cli.call_profile import WRITE_UNIT_BYTES, attribute_size, item_size
 from tests.integration.harness import Stage
 from tests.integration.test_api import Api
+from tests.integration.test_api import api as api  # the fixture, re-exported
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +25,6 @@ NEVER_ON_A_FINISHED_ROW = {"claim_id", "lease_expires_at", "dead_lettered", "pro
 @pytest.fixture
 def stage_values(stage_values: dict[str, str]) -> dict[str, str]:
     return stage_values | {"QUEUE_NAMES": "summary", "KIND_PRICES": "summary:1", "MAX_RETRIES": "3"}
-
-
-@pytest.fixture
-def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    for key, value in stage.resources.api_env().items():
-        monkeypatch.setenv(key, value)
-    runtime.reset_runtime()
-    runtime.api_service().clock = stage.clock
-    from api import handler
-
-    yield Api(stage, handler.handler)
-    runtime.reset_runtime()
 
 
 def _stored(stage: Stage, user: str, job_id: str) -> dict[str, Any]:
