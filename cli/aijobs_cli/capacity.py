@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aijobs.stage_config import StageConfig
-from aijobs_cli.call_profile import CallProfile, default_profile
+from aijobs_cli.call_profile import Call, CallProfile, default_profile
 
 #: API Gateway HTTP API: requests per second per account and region (adjustable).
 APIGW_ACCOUNT_RPS = 10_000.0
@@ -211,50 +211,52 @@ class UnitKey:
     item: str = ""
 
 
+def _dynamodb_calls(profile: CallProfile, rates: Mapping[str, float]) -> Iterator[tuple[Call, float]]:
+    """Each DynamoDB call (on a known table) of every path the workload runs, with how often that
+    path runs per job."""
+    for name, per_job in rates.items():
+        if per_job:
+            for call in profile.path(name).calls:
+                if call.service == "dynamodb" and call.table is not None:
+                    yield call, per_job
+
+
 def unit_loads(profile: CallProfile, rates: Mapping[str, float]) -> dict[UnitKey, UnitLoad]:
     """DynamoDB units per job by (table, index, partition) and by single item, summed over paths."""
     loads: dict[UnitKey, UnitLoad] = defaultdict(UnitLoad)
-    for name, per_job in rates.items():
-        if not per_job:
+    for call, per_job in _dynamodb_calls(profile, rates):
+        assert call.table is not None
+        if call.operation == "Query":
+            key = UnitKey(call.table, call.index or "", call.partition or "?")
+            loads[key].reads += call.read_units * per_job
             continue
-        for call in profile.path(name).calls:
-            if call.service != "dynamodb" or call.table is None:
+        for item in call.items:
+            partition = UnitKey(call.table, "", item.partition)
+            single = UnitKey(call.table, "", item.partition, item.sort)
+            if item.action == "Get":
+                loads[partition].reads += item.units * per_job
+                loads[single].reads += item.units * per_job
                 continue
-            if call.operation == "Query":
-                key = UnitKey(call.table, call.index or "", call.partition or "?")
-                loads[key].reads += call.read_units * per_job
-                continue
-            for item in call.items:
-                partition = UnitKey(call.table, "", item.partition)
-                single = UnitKey(call.table, "", item.partition, item.sort)
-                if item.action == "Get":
-                    loads[partition].reads += item.units * per_job
-                    loads[single].reads += item.units * per_job
-                    continue
-                loads[partition].writes += item.units * per_job
-                loads[single].writes += item.units * per_job
-                for entry in item.index_writes:
-                    loads[UnitKey(call.table, entry.index, entry.partition)].writes += entry.units * per_job
+            loads[partition].writes += item.units * per_job
+            loads[single].writes += item.units * per_job
+            for entry in item.index_writes:
+                loads[UnitKey(call.table, entry.index, entry.partition)].writes += entry.units * per_job
     return dict(loads)
 
 
 def table_loads(profile: CallProfile, rates: Mapping[str, float]) -> dict[tuple[str, str], UnitLoad]:
     """Units per job by (table role, index or "" for the table), summed over paths."""
     totals: dict[tuple[str, str], UnitLoad] = defaultdict(UnitLoad)
-    for name, per_job in rates.items():
-        if not per_job:
+    for call, per_job in _dynamodb_calls(profile, rates):
+        assert call.table is not None
+        if call.operation == "Query":
+            totals[(call.table, call.index or "")].reads += call.read_units * per_job
             continue
-        for call in profile.path(name).calls:
-            if call.service != "dynamodb" or call.table is None:
-                continue
-            if call.operation == "Query":
-                totals[(call.table, call.index or "")].reads += call.read_units * per_job
-                continue
-            totals[(call.table, "")].reads += call.read_units * per_job
-            totals[(call.table, "")].writes += call.write_units * per_job
-            for item in call.items:
-                for entry in item.index_writes:
-                    totals[(call.table, entry.index)].writes += entry.units * per_job
+        totals[(call.table, "")].reads += call.read_units * per_job
+        totals[(call.table, "")].writes += call.write_units * per_job
+        for item in call.items:
+            for entry in item.index_writes:
+                totals[(call.table, entry.index)].writes += entry.units * per_job
     return dict(totals)
 
 
