@@ -16,6 +16,9 @@ Prints figures and asserts nothing (machines here are shared and noisy; tests ne
 `--write-profile` measures the call profile instead (every path's AWS calls with the capacity
 units AWS bills for them, `aijobs_cli.call_profile`) and writes `cli/aijobs_cli/call_profile.json`,
 which `aijobs cost` reads; `tests/integration/test_call_profile.py` fails when it is stale.
+`--write-trace` runs the partition simulation (tests/partition_sim.py) and writes
+`cli/aijobs_cli/partition_trace.json`, the writes per partition-key shape of each step of a job's
+life that `aijobs capacity` reads; `tests/integration/test_partition_load.py` fails when it is stale.
 
 The local stack's throughput with concurrent submitters: scripts/benchmark_local.py.
 """
@@ -457,6 +460,18 @@ def write_profile(target: Path | None = None) -> Path:
     return target
 
 
+def write_trace(target: Path | None = None) -> Path:
+    from aijobs_cli.moto_speedups import apply as apply_speedups
+    from aijobs_cli.partition_trace import trace_path
+    from tests.partition_sim import JOBS, measure
+
+    apply_speedups()
+    target = target or trace_path()
+    _, trace = measure(JOBS)
+    target.write_text(trace.to_json(), encoding="utf-8")
+    return target
+
+
 # --- consumer vs a bare loop ----------------------------------------------------------------------
 
 
@@ -605,9 +620,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="measure the call profile and write it (default: cli/aijobs_cli/call_profile.json)",
     )
+    parser.add_argument(
+        "--write-trace",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write the partition simulation's trace (default: cli/aijobs_cli/partition_trace.json)",
+    )
     args = parser.parse_args(argv)
     if args.write_profile is not None:
         print(f"wrote {write_profile(Path(args.write_profile) if args.write_profile else None)}")
+        return 0
+    if args.write_trace is not None:
+        print(f"wrote {write_trace(Path(args.write_trace) if args.write_trace else None)}")
         return 0
     parts = set(args.only.split(","))
     figures: dict[str, float] = {}

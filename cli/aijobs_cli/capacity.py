@@ -1,9 +1,14 @@
-"""`aijobs capacity`: which limit a job rate meets first, from the measured call profile.
+"""`aijobs capacity`: which limit a job rate meets first, from the measured call profile and
+partition trace.
 
-Pure arithmetic, like `aijobs_cli.cost`: nothing here calls AWS. What each code path calls (and
+Pure arithmetic, like `aijobs_cli.cost`: nothing here calls AWS. What each request path calls (and
 which items, partitions and index partitions it writes) comes from the call profile
-(`aijobs_cli/call_profile.json`, measured on moto by `scripts/benchmark.py --write-profile`); this
-module only says how often each path runs per job and how the load spreads:
+(`aijobs_cli/call_profile.json`, measured on moto by `scripts/benchmark.py --write-profile`). The
+index partitions every tenant shares, and the per-job work the crons do later (retention removing
+each credit transaction, grants entering and leaving the expiry index), come from the partition
+trace (`aijobs_cli/partition_trace.json`, `scripts/benchmark.py --write-trace`: the store driven
+through every step of a job's life on moto), each step weighed by how often this workload runs it.
+This module only says how often each path and step runs per job and how the load spreads:
 
 - jobs are spread evenly over the kinds and over the tenants (or one tenant sends
   `hot_tenant_share` of them);
@@ -11,8 +16,10 @@ module only says how often each path runs per job and how the load spreads:
   item, its `USER#..#STATUS#..` index partitions), `KIND#` and `DEADLETTER#` one kind's, the
   `GRANT` and `TX` index partitions are shared by every tenant; the kind/status, `GRANT` and `TX`
   index partitions are divided by the stage's `INDEX_BUCKETS` write-sharding buckets (1: unsharded);
-- the kind/status index load is every status of a kind together: an upper bound of its hottest
-  status partition (the profile names the partition a moved entry lands in, not the one it left);
+- a kind/status index partition's load is its own status's (the trace counts an entry that moves
+  as a delete in the partition it leaves and a put in the one it enters);
+- the cron steps' table writes are transactions (2 WRU per item), their index writes 1 WRU each
+  (grant and transaction items are far under 1 KB);
 - every load is linear in the job rate (`fixed + per_job * rate`), so the rate at which a limit is
   reached is `(ceiling - fixed) / per_job`.
 
@@ -32,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aijobs.stage_config import StageConfig
 from aijobs_cli.call_profile import Call, CallProfile, default_profile
+from aijobs_cli.partition_trace import PartitionTrace, default_trace, per_job_writes, step_rates
 
 #: API Gateway HTTP API: requests per second per account and region (adjustable).
 APIGW_ACCOUNT_RPS = 10_000.0
@@ -65,6 +73,8 @@ class CapacityInputs(BaseModel):
     tenants: int = Field(default=1_000, ge=1)
     #: Share of all jobs one (the busiest) tenant sends; None: every tenant sends 1 / tenants.
     hot_tenant_share: float | None = Field(default=None, gt=0, le=1)
+    #: Credit grants per job (each enters the expiry index and leaves it when due).
+    grants_per_job: float = Field(default=0.001, ge=0)
     retry_rate: float = Field(default=0.05, ge=0, le=1)
     dlq_rate: float = Field(default=0.01, ge=0, le=1)
     failed_final_rate: float = Field(default=0.0, ge=0, le=1)
@@ -127,8 +137,7 @@ def stage_inputs(config: StageConfig) -> dict[str, Any]:
         "batch_window_seconds": config.batch_window_seconds,
         "api_throttle_rate": config.api_throttle_rate,
         "esm_max_concurrency": config.esm_max_concurrency or config.consumer_reserved_concurrency,
-        # Another change adds INDEX_BUCKETS to the stage config; until then the design is unsharded.
-        "index_buckets": int(getattr(config, "index_buckets", 1) or 1),
+        "index_buckets": config.index_buckets,
         "shard_count": config.shard_count,
         "cron_runs": {cron.text: cron_runs_per_hour(cron.text) for cron in config.crons},
     }
@@ -260,6 +269,54 @@ def table_loads(profile: CallProfile, rates: Mapping[str, float]) -> dict[tuple[
     return dict(totals)
 
 
+#: Steps of the trace no request path makes: the crons' work per grant and per transaction.
+DEFERRED_STEPS = ("grant", "expire", "archive")
+#: WRU per item a transaction writes (each item under 1 KB): the ledger writes in transactions.
+TRANSACTION_WRU = 2.0
+
+
+def deferred_loads(
+    trace: PartitionTrace, steps: Mapping[str, float], table: str = "shard"
+) -> tuple[dict[UnitKey, UnitLoad], dict[tuple[str, str], UnitLoad]]:
+    """The cron steps' WRU per job, by partition and item (as `unit_loads`) and by table or index
+    (as `table_loads`)."""
+    per_key: dict[UnitKey, UnitLoad] = defaultdict(UnitLoad)
+    per_table: dict[tuple[str, str], UnitLoad] = defaultdict(UnitLoad)
+    writes = per_job_writes(trace, {step: steps[step] for step in DEFERRED_STEPS})
+    for (where, at), count in writes.items():
+        if where == "table":
+            partition, _, item = at.partition(" ")
+            per_key[UnitKey(table, "", partition)].writes += TRANSACTION_WRU * count
+            per_key[UnitKey(table, "", partition, item)].writes += TRANSACTION_WRU * count
+            per_table[(table, "")].writes += TRANSACTION_WRU * count
+        else:
+            per_key[UnitKey(table, where, at)].writes += count
+            per_table[(table, where)].writes += count
+    return dict(per_key), dict(per_table)
+
+
+def _merged(*loads: Mapping[Any, UnitLoad]) -> dict[Any, UnitLoad]:
+    total: dict[Any, UnitLoad] = defaultdict(UnitLoad)
+    for load in loads:
+        for key, units in load.items():
+            total[key].reads += units.reads
+            total[key].writes += units.writes
+    return dict(total)
+
+
+def index_units_per_write(profile: CallProfile, index: str) -> float:
+    """WRU per index write of `index` in the profile's request paths (the entry's size in KB)."""
+    ratios = [
+        entry.units / entry.writes
+        for path in profile.paths.values()
+        for call in path.calls
+        for item in call.items
+        for entry in item.index_writes
+        if entry.index == index and entry.writes
+    ]
+    return max(ratios, default=1.0)
+
+
 # --- limits -------------------------------------------------------------------------------------
 
 
@@ -305,6 +362,13 @@ class CapacityReport:
         found = [limit for limit in self.ordered() if owners is None or limit.owner in owners]
         return found[0] if found else None
 
+    def first_partition_wall(self) -> Limit | None:
+        """The first wall of the key design: a DynamoDB partition, index partition or item."""
+        found = [
+            limit for limit in self.ordered() if limit.owner == "design" and limit.name.startswith("DynamoDB")
+        ]
+        return found[0] if found else None
+
     def over(self) -> list[Limit]:
         """Limits the rate reaches or passes (where throttling is predicted)."""
         return [limit for limit in self.ordered() if limit.utilisation(self.jobs_per_second) >= 1]
@@ -319,12 +383,17 @@ class CapacityReport:
                 "wall_jobs_per_second": None if math.isinf(limit.wall) else limit.wall,
             }
 
-        first, design = self.first_wall(), self.first_wall(("design",))
+        first, design, partition = (
+            self.first_wall(),
+            self.first_wall(("design",)),
+            self.first_partition_wall(),
+        )
         return {
             "jobs_per_second": rate,
             "inputs": self.inputs.model_dump(),
             "first_wall": row(first) if first else None,
             "first_design_wall": row(design) if design else None,
+            "first_partition_wall": row(partition) if partition else None,
             "over": [limit.name for limit in self.over()],
             "limits": [row(limit) for limit in self.ordered()],
             "notes": self.notes,
@@ -335,11 +404,16 @@ def _scaled(loads: UnitLoad, share: float, buckets: int = 1) -> UnitLoad:
     return UnitLoad(loads.reads * share / buckets, loads.writes * share / buckets)
 
 
-def model(inputs: CapacityInputs, profile: CallProfile | None = None) -> CapacityReport:
+def model(
+    inputs: CapacityInputs, profile: CallProfile | None = None, trace: PartitionTrace | None = None
+) -> CapacityReport:
     """Every limit that applies to `inputs.jobs_per_second`, with the load per job on it."""
     i = inputs
     profile = profile or default_profile()
+    trace = trace or default_trace()
     rates = path_rates(i)
+    steps = step_rates(rates, grants_per_job=i.grants_per_job, trace=trace)
+    deferred_keys, deferred_tables = deferred_loads(trace, steps)
     notes: list[str] = []
     limits: list[Limit] = []
     add = limits.append
@@ -433,12 +507,15 @@ def model(inputs: CapacityInputs, profile: CallProfile | None = None) -> Capacit
         )
     )
 
-    # DynamoDB partitions and items.
-    for key, load in sorted(unit_loads(profile, rates).items(), key=lambda kv: repr(kv[0])):
+    # DynamoDB partitions and items: the request paths' (profile) and the crons' work per job (trace).
+    partition_loads = _merged(unit_loads(profile, rates), deferred_keys)
+    for key, load in sorted(partition_loads.items(), key=lambda kv: repr(kv[0])):
         scope = partition_scope(key.partition)
         head = key.partition.split("#", 1)[0]
         if scope == "other":
             continue  # the meta table's per-run items (CRONRUN#, CONFIG): a handful per minute
+        if key.index and head in SHARDED_INDEX_HEADS:
+            continue  # below, per status, from the trace
         buckets = i.index_buckets if key.index and head in SHARDED_INDEX_HEADS else 1
         share = {"tenant": tenant, "kind": per_kind, "shared": 1.0}[scope]
         scaled = _scaled(load, share, buckets)
@@ -493,8 +570,29 @@ def model(inputs: CapacityInputs, profile: CallProfile | None = None) -> Capacit
                 )
             )
 
+    # The index partitions every tenant shares, each status its own, from the trace; each write is
+    # the entry's size in KB as the profile measured it.
+    for (where, at), writes in sorted(per_job_writes(trace, steps).items()):
+        head = at.split("#", 1)[0]
+        if where == "table" or head not in SHARDED_INDEX_HEADS:
+            continue
+        share = per_kind if head == "KIND" else 1.0
+        units = writes * (index_units_per_write(profile, where) if head == "KIND" else 1.0)
+        buckets = i.index_buckets
+        add(
+            Limit(
+                f"DynamoDB writes, {where} partition {at} ({buckets} bucket{'s' if buckets > 1 else ''})",
+                f"per kind (1 of {kinds})" if head == "KIND" else "all tenants",
+                "design",
+                units * share / buckets,
+                PARTITION_WCU,
+                "WRU/s",
+                "raise INDEX_BUCKETS (write-sharded index keys; README Scale)",
+            )
+        )
+
     # DynamoDB tables: jobs spread over SHARD_COUNT shard tables; every index has its own throughput.
-    for (table, index), load in sorted(table_loads(profile, rates).items()):
+    for (table, index), load in sorted(_merged(table_loads(profile, rates), deferred_tables).items()):
         spread = i.shard_count if table == "shard" else 1
         name = f"{table} table" + (f" index {index}" if index else "")
         where = f"per table (1 of {spread})" if spread > 1 else "per table"
@@ -537,6 +635,11 @@ def model(inputs: CapacityInputs, profile: CallProfile | None = None) -> Capacit
                     more,
                 )
             )
+
+    # Retention and expiry: each maintenance run handles at most its limits per shard table, so
+    # what a job leaves behind for it (its credit transactions, its row, a share of a grant) must
+    # not arrive faster than the runs take it away; past that the backlog grows without end.
+    limits.extend(_maintenance_limits(i, steps))
 
     # Crons: EventBridge Scheduler invocations (fixed, not per job).
     fires = sum(i.cron_runs.values()) / 3600
@@ -583,11 +686,40 @@ def model(inputs: CapacityInputs, profile: CallProfile | None = None) -> Capacit
             )
         )
     notes.append(
-        "DynamoDB 'all statuses' partitions add every status of a kind together: an upper bound of the "
-        "hottest one. A tenant partition can exceed 1,000 WRU/s once DynamoDB splits it by sort key; "
-        "a single item (CREDITS) cannot."
+        "A tenant partition can exceed 1,000 WRU/s once DynamoDB splits it by sort key; a single item "
+        "(CREDITS) cannot. The crons' work per job (retention of each credit transaction, grants "
+        f"expiring: {i.grants_per_job:g} grants per job) is counted from the partition trace."
     )
     return CapacityReport(i.jobs_per_second, i, limits, notes)
+
+
+def _maintenance_limits(i: CapacityInputs, steps: Mapping[str, float]) -> list[Limit]:
+    from aijobs.scheduled.maintenance import (
+        EXPIRE_LIMIT,
+        TASK_CLEANUP_LIMIT,
+        TRANSACTION_CLEANUP_LIMIT,
+        run_maintenance,
+    )
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+
+    expressions = [e for e, handler in SCHEDULED_HANDLERS.items() if handler is run_maintenance]
+    runs_per_second = sum(i.cron_runs.get(expression, 0.0) for expression in expressions) / 3600
+    where = f"per shard table (1 of {i.shard_count})" if i.shard_count > 1 else "per shard table"
+    action = (
+        "the maintenance run's limits (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT, TASK_CLEANUP_LIMIT) "
+        "per shard and run: more shards (SHARD_COUNT) or runs, or retention by DynamoDB TTL (README Scale)"
+    )
+    found = []
+    for name, per_job, limit in (
+        ("credit transactions removed by retention", steps["archive"], TRANSACTION_CLEANUP_LIMIT),
+        ("finished jobs removed by retention", 1.0, TASK_CLEANUP_LIMIT),
+        ("credit grants expired", i.grants_per_job, EXPIRE_LIMIT),
+    ):
+        if per_job and runs_per_second:
+            ceiling = limit * runs_per_second
+            per_shard = per_job / i.shard_count
+            found.append(Limit(f"Maintenance, {name}", where, "design", per_shard, ceiling, "item/s", action))
+    return found
 
 
 # --- rendering ------------------------------------------------------------------------------------
@@ -630,7 +762,10 @@ def summary(report: CapacityReport) -> list[str]:
             f"First wall: {first.name} ({first.scope}, {first.owner}) at {_number(first.wall)} jobs/s."
         )
     if design is not None:
-        lines.append(f"First wall of the key design: {design.name} at {_number(design.wall)} jobs/s.")
+        lines.append(f"First wall of aijobs' own design: {design.name} at {_number(design.wall)} jobs/s.")
+    partition = report.first_partition_wall()
+    if partition is not None and partition is not design:
+        lines.append(f"First wall of the key design: {partition.name} at {_number(partition.wall)} jobs/s.")
     over = report.over()
     if over:
         lines.append(

@@ -1309,6 +1309,9 @@ def capacity(
     failed_final_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
     idempotency_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
     polls_per_job: Annotated[float, typer.Option(min=0.0, help="GET /jobs/{id} per job")] = 3.0,
+    grants_per_job: Annotated[
+        float, typer.Option(min=0.0, help="credit grants per job (each expires once)")
+    ] = 0.001,
     index_buckets: Annotated[
         int | None, typer.Option(min=1, help="index write-sharding buckets (default: INDEX_BUCKETS)")
     ] = None,
@@ -1333,8 +1336,9 @@ def capacity(
     as_json: AsJson = False,
 ) -> None:
     """Which limit a job rate reaches first: API Gateway, Lambda, SQS, DynamoDB partitions and
-    tables, Scheduler, providers. Loads come from the measured call profile and the stage's config;
-    prints each limit's load, ceiling and the jobs/s at which it is reached, first wall first."""
+    tables, the maintenance run's limits, Scheduler, providers. Loads come from the measured call
+    profile and partition trace and the stage's config; prints each limit's load, ceiling and the
+    jobs/s at which it is reached, first wall first."""
     from pydantic import ValidationError
 
     from aijobs_cli.call_profile import CallProfile
@@ -1359,6 +1363,7 @@ def capacity(
             failed_final_rate=failed_final_rate,
             idempotency_rate=idempotency_rate,
             polls_per_job=polls_per_job,
+            grants_per_job=grants_per_job,
             provider_rpm=_kind_numbers(provider_rpm or [], "--provider-rpm"),
             provider_tpm=_kind_numbers(provider_tpm or [], "--provider-tpm"),
             tokens_per_attempt=tokens_per_attempt,

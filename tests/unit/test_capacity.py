@@ -1,4 +1,5 @@
-"""The capacity model (`aijobs capacity`): loads and walls derived by hand from a small profile."""
+"""The capacity model (`aijobs capacity`): loads and walls derived by hand from a small profile and
+a small partition trace."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from aijobs_cli.capacity import (
 )
 from aijobs_cli.cost import Workload, _path_counts
 from aijobs_cli.main import app
+from aijobs_cli.partition_trace import STEPS, PartitionTrace, StepWrites, default_trace, step_rates
 
 
-def _index(index: str, partition: str, units: float) -> IndexWrite:
-    return IndexWrite(index=index, partition=partition, writes=1, bytes=500, units=units)
+def _index(index: str, partition: str, units: float, writes: int = 1) -> IndexWrite:
+    return IndexWrite(index=index, partition=partition, writes=writes, bytes=500, units=units)
 
 
 def _item(sort: str, units: float, *index_writes: IndexWrite) -> ItemAccess:
@@ -46,7 +48,7 @@ def _write(*items: ItemAccess) -> Call:
 
 # Round numbers: a submit writes the job row (2 WRU, 1 in each status index), the tenant's CREDITS
 # (2), a grant (2, 1 in GRANT) and a transaction (2, 1 in TX); a success updates the job row (1 WRU,
-# 2 in the kind/status index). Nothing fails, nobody polls.
+# 2 writes of 2 KB entries in the kind/status index: 4 WRU). Nothing fails, nobody polls.
 PROFILE = CallProfile(
     paths={
         "producer.submit": PathProfile(
@@ -68,10 +70,36 @@ PROFILE = CallProfile(
         ),
         "consumer.success": PathProfile(
             description="success",
-            calls=(_write(_item("JOB#{}", 1, _index("by_kind_status", "KIND#{}#STATUS#{}", 2))),),
+            calls=(_write(_item("JOB#{}", 1, _index("by_kind_status", "KIND#{}#STATUS#{}", 4, writes=2))),),
         ),
     }
 )
+
+
+def _step(runs: int = 1, **writes: dict[str, float]) -> StepWrites:
+    return StepWrites(runs=runs, writes=writes)
+
+
+# The same life, step by step: a submit puts the job in `queued`, a grant debit and a transaction;
+# a claim moves it to `running`, a success to `succeeded`; retention removes the transaction
+# (deleting its TX entry, folding it into CREDITS); a grant enters GRANT and leaves it expiring.
+TRACE = PartitionTrace(
+    jobs=1, tenants=1, kinds=("summary",), index_buckets=1,
+    steps={
+        name: _step()
+        for name in STEPS
+    } | {
+        "submit": _step(
+            by_due={"GRANT#{}": 1, "TX#{}": 1}, by_kind_status={"KIND#{}#STATUS#queued#{}": 1},
+            table={"USER#{} JOB#{}": 1, "USER#{} CREDITS": 1, "USER#{} GRANT#{}": 1, "USER#{} TX#{}": 1},
+        ),
+        "claim": _step(by_kind_status={"KIND#{}#STATUS#queued#{}": 1, "KIND#{}#STATUS#running#{}": 1}),
+        "succeed": _step(by_kind_status={"KIND#{}#STATUS#running#{}": 1, "KIND#{}#STATUS#succeeded#{}": 1}),
+        "grant": _step(by_due={"GRANT#{}": 1, "TX#{}": 1}, table={"USER#{} GRANT#{}": 1, "USER#{} TX#{}": 1}),
+        "expire": _step(by_due={"GRANT#{}": 1}, table={"USER#{} GRANT#{}": 1}),
+        "archive": _step(by_due={"TX#{}": 1}, table={"USER#{} CREDITS": 1, "USER#{} TX#{}": 1}),
+    },
+)  # fmt: skip
 
 INPUTS = CapacityInputs(
     jobs_per_second=1000,
@@ -84,11 +112,12 @@ INPUTS = CapacityInputs(
     batch_window_seconds=10,
     api_throttle_rate=50,
     index_buckets=4,
+    grants_per_job=0,
 )
 
 
 def _limit(name: str, inputs: CapacityInputs = INPUTS) -> tuple[float, float, float]:
-    report = model(inputs, PROFILE)
+    report = model(inputs, PROFILE, TRACE)
     (found,) = [limit for limit in report.limits if limit.name == name]
     return found.load(inputs.jobs_per_second), found.ceiling, found.wall
 
@@ -126,25 +155,59 @@ def test_partition_scopes() -> None:
     assert partition_scope("CRONRUN#{}") == "other"
 
 
+def test_steps_per_job_follow_the_paths_and_every_transaction_is_archived_once() -> None:
+    rates = step_rates(path_rates(INPUTS), grants_per_job=0.5, trace=TRACE)
+    assert rates["submit"] == rates["claim"] == rates["succeed"] == 1
+    assert rates["grant"] == rates["expire"] == 0.5
+    # One transaction per submit and one per grant: each removed by retention once.
+    assert rates["archive"] == pytest.approx(1.5)
+    # The measured trace: a job that retries claims twice; a dead-lettered one is failed with a refund.
+    retried = INPUTS.model_copy(update={"retry_rate": 0.1, "dlq_rate": 0.02, "max_retries": 3})
+    rates = step_rates(path_rates(retried), grants_per_job=0, trace=default_trace())
+    assert rates["claim"] == pytest.approx(1 + 0.08 + 0.02 * 3)
+    assert rates["fail_final"] == pytest.approx(0.02)
+    assert rates["archive"] == pytest.approx(1 + 0.02)  # the debits and the refunds
+
+
 def test_tenant_walls() -> None:
-    # CREDITS: 2 WRU per job, 1 job in 10 is this tenant's: 0.2 x 1000 = 200; 1000 / 0.2 = 5000 jobs/s.
-    assert _limit("DynamoDB writes, item USER#{} CREDITS") == pytest.approx((200, 1000, 5000))
-    # The tenant's partition: 2 + 2 + 2 + 2 + 1 = 9 WRU per job, a tenth of them.
-    assert _limit("DynamoDB writes, partition USER#{}") == pytest.approx((900, 1000, 1000 / 0.9))
-    hot = INPUTS.model_copy(update={"hot_tenant_share": 0.5})
+    # CREDITS: 2 WRU per submit and 2 when retention folds its transaction in, 1 job in 10 is this
+    # tenant's: 0.4 x 1000 = 400; 1000 / 0.4 = 2500 jobs/s.
+    assert _limit("DynamoDB writes, item USER#{} CREDITS") == pytest.approx((400, 1000, 2500))
+    # The tenant's partition: 2 + 2 + 2 + 2 + 1 = 9 WRU per job, and retention's 2 items x 2 WRU.
+    assert _limit("DynamoDB writes, partition USER#{}") == pytest.approx((1300, 1000, 1000 / 1.3))
+    hot = INPUTS.model_copy(update={"hot_tenant_share": 0.25})
     assert _limit("DynamoDB writes, item USER#{} CREDITS", hot) == pytest.approx((1000, 1000, 1000))
 
 
 def test_shared_index_partitions_are_divided_by_the_buckets() -> None:
     # GRANT: 1 WRU per job, every tenant, 4 buckets: 0.25 x 1000.
-    assert _limit("DynamoDB writes, by_due partition GRANT (4 buckets)") == pytest.approx((250, 1000, 4000))
-    # Kind/status: 1 + 2 WRU per job, half of the jobs are this kind's, 4 buckets: 3 / 2 / 4 = 0.375.
-    name = "DynamoDB writes, by_kind_status partition KIND#{}#STATUS#{} (4 buckets)"
-    assert _limit(name) == pytest.approx((375, 1000, 1000 / 0.375))
-    one = INPUTS.model_copy(update={"index_buckets": 1})
-    assert _limit("DynamoDB writes, by_due partition GRANT (1 bucket)", one) == pytest.approx(
-        (1000, 1000, 1000)
+    assert _limit("DynamoDB writes, by_due partition GRANT#{} (4 buckets)") == pytest.approx(
+        (250, 1000, 4000)
     )
+    # TX: put by the submit, deleted by retention: 2 per job / 4 buckets.
+    assert _limit("DynamoDB writes, by_due partition TX#{} (4 buckets)") == pytest.approx((500, 1000, 2000))
+    # Each status of a kind its own partition: a job enters and leaves `running` (2 writes of 2 WRU,
+    # the entries' size from the profile), half of the jobs are this kind's, 4 buckets: 4 / 2 / 4.
+    name = "DynamoDB writes, by_kind_status partition KIND#{}#STATUS#running#{} (4 buckets)"
+    assert _limit(name) == pytest.approx((500, 1000, 2000))
+    name = "DynamoDB writes, by_kind_status partition KIND#{}#STATUS#succeeded#{} (4 buckets)"
+    assert _limit(name) == pytest.approx((250, 1000, 4000))
+    one = INPUTS.model_copy(update={"index_buckets": 1})
+    assert _limit("DynamoDB writes, by_due partition TX#{} (1 bucket)", one) == pytest.approx(
+        (2000, 1000, 500)
+    )
+
+
+def test_maintenance_limits_per_run_and_shard_are_walls_of_the_design() -> None:
+    # */10: 6 runs an hour, at most 100 transactions each: 600 an hour, 1/6 per second per shard.
+    inputs = INPUTS.model_copy(update={"cron_runs": {"*/10 * * * *": 6.0}, "shard_count": 2})
+    load, ceiling, wall = _limit("Maintenance, credit transactions removed by retention", inputs)
+    assert ceiling == pytest.approx(100 * 6 / 3600)
+    assert (load, wall) == pytest.approx((1000 / 2, ceiling * 2))  # 1 transaction per job, half a shard's
+    assert _limit("Maintenance, finished jobs removed by retention", inputs)[1] == pytest.approx(
+        100 * 6 / 3600
+    )
+    assert not [limit for limit in model(INPUTS, PROFILE, TRACE).limits if limit.name.startswith("Maint")]
 
 
 def test_lambda_sqs_and_api_loads() -> None:
@@ -154,8 +217,8 @@ def test_lambda_sqs_and_api_loads() -> None:
     assert _limit("SQS in-flight messages, one kind's queue") == pytest.approx((6000, 120_000, 20_000))
     # Every submit is a request: 1000 req/s against the stage's 50.
     assert _limit("API stage throttle (API_THROTTLE_RATE)") == pytest.approx((1000, 50, 50))
-    # Table writes: 8 + 1 WRU per job on the (one) shard table.
-    assert _limit("DynamoDB writes, shard table") == pytest.approx((9000, 40_000, 40_000 / 9))
+    # Table writes: 8 + 1 WRU per job on the (one) shard table, and retention's 2 items x 2 WRU.
+    assert _limit("DynamoDB writes, shard table") == pytest.approx((13_000, 40_000, 40_000 / 13))
 
 
 def test_first_walls_and_the_report() -> None:
@@ -165,10 +228,11 @@ def test_first_walls_and_the_report() -> None:
     assert first.name == "API stage throttle (API_THROTTLE_RATE)"
     assert design is not None
     assert design.name == "DynamoDB writes, partition USER#{}"
+    assert report.first_partition_wall() is design
     data = report.to_dict()
     assert data["first_wall"]["wall_jobs_per_second"] == pytest.approx(50)
     assert "API stage throttle (API_THROTTLE_RATE)" in data["over"]
-    assert "DynamoDB writes, by_due partition GRANT (4 buckets)" not in data["over"]
+    assert "DynamoDB writes, by_due partition GRANT#{} (4 buckets)" not in data["over"]
     walls = [row["wall_jobs_per_second"] for row in data["limits"]]
     assert walls == sorted(walls, key=lambda wall: float("inf") if wall is None else wall)
 
@@ -182,18 +246,37 @@ def test_provider_quotas_per_kind() -> None:
         CapacityInputs(jobs_per_second=1, kinds=("a",), provider_rpm={"b": 1.0})
 
 
-def test_the_command_on_the_dev_stage_with_buckets_finds_no_design_wall_below_10000() -> None:
-    result = CliRunner().invoke(
-        app, ["capacity", "--jobs-per-second", "10000", "--index-buckets", "16", "--json"]
-    )
+def test_the_command_on_the_prod_stage_finds_no_partition_wall_below_10000() -> None:
+    result = CliRunner().invoke(app, ["capacity", "--jobs-per-second", "10000", "--stage", "prod", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["first_design_wall"]["wall_jobs_per_second"] > 10_000
-    assert data["first_wall"]["owner"] != "design"
-    unsharded = CliRunner().invoke(
-        app, ["capacity", "--jobs-per-second", "10000", "--index-buckets", "1", "--json"]
-    )
-    assert json.loads(unsharded.output)["first_design_wall"]["wall_jobs_per_second"] < 10_000
+    assert data["inputs"]["index_buckets"] == 32
+    assert data["first_partition_wall"]["wall_jobs_per_second"] > 10_000
+    # What is below: the maintenance run's limits per shard (retention falls behind), and then the
+    # stage's throttle and AWS's quotas, nothing of the design.
+    assert data["first_design_wall"]["name"].startswith("Maintenance")
+    others = [limit for limit in data["limits"] if not limit["name"].startswith("Maintenance")]
+    assert others[0]["owner"] == "config"
+    reached = [limit for limit in others if (limit["wall_jobs_per_second"] or float("inf")) < 10_000]
+    assert reached
+    assert all(limit["owner"] != "design" for limit in reached)
+    for buckets in ("8", "1"):
+        other = CliRunner().invoke(
+            app,
+            [
+                "capacity",
+                "--jobs-per-second",
+                "10000",
+                "--stage",
+                "prod",
+                "--index-buckets",
+                buckets,
+                "--json",
+            ],
+        )
+        wall = json.loads(other.output)["first_partition_wall"]
+        assert wall["wall_jobs_per_second"] < 10_000
+        assert wall["name"].startswith("DynamoDB writes, by_due partition TX#{}")
 
 
 def test_the_command_refuses_bad_quotas() -> None:
