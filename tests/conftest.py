@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -27,3 +28,18 @@ def _fake_aws_credentials() -> None:
     from aijobs_cli import moto_speedups
 
     moto_speedups.apply()
+
+
+@pytest.fixture(autouse=True)
+def _cli_quiet_is_per_test() -> Iterator[None]:
+    """The CLI quiets the library for its own process (metrics off, logs at WARNING): a test that
+    invokes it must not change what the tests after it see."""
+    from aijobs.observability import logger
+
+    metrics, level = os.environ.get("POWERTOOLS_METRICS_DISABLED"), logger.log_level
+    yield
+    if metrics is None:
+        os.environ.pop("POWERTOOLS_METRICS_DISABLED", None)
+    else:
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = metrics
+    logger.setLevel(level)
