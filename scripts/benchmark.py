@@ -214,9 +214,9 @@ def consumer_calls(jobs: int) -> dict[str, float]:
 def cron_calls() -> dict[str, float]:
     from aijobs import aws, runtime
     from aijobs.scheduled.dispatcher import dispatch
-    from aijobs.scheduled.maintenance import write_retention
     from aijobs.scheduled.registry import SCHEDULED_HANDLERS
     from aijobs.settings import CronSettings
+    from aijobs.store.retention import write_retention
     from tests.aws_calls import recording_calls
 
     figures: dict[str, float] = {}
@@ -393,8 +393,8 @@ def measure_profile() -> Any:
 def _cron_paths(handlers: Any) -> dict[str, Any]:
     from aijobs import aws, runtime
     from aijobs.scheduled.dispatcher import dispatch
-    from aijobs.scheduled.maintenance import write_retention
     from aijobs.settings import CronSettings
+    from aijobs.store.retention import write_retention
     from aijobs_cli.call_profile import PathProfile
     from tests.aws_calls import recording_calls
 

@@ -57,6 +57,8 @@ TABLE_WCU = 40_000.0
 TABLE_RCU = 40_000.0
 #: What a new on-demand table serves at once before it has seen traffic (its warm throughput).
 NEW_TABLE_WCU = 4_000.0
+#: A 30-day month.
+SECONDS_PER_MONTH = 30 * 86_400
 #: EventBridge Scheduler invocations per second (adjustable).
 SCHEDULER_INVOCATIONS = 1_000.0
 
@@ -73,8 +75,9 @@ class CapacityInputs(BaseModel):
     tenants: int = Field(default=1_000, ge=1)
     #: Share of all jobs one (the busiest) tenant sends; None: every tenant sends 1 / tenants.
     hot_tenant_share: float | None = Field(default=None, gt=0, le=1)
-    #: Credit grants per job (each enters the expiry index and leaves it when due).
-    grants_per_job: float = Field(default=0.001, ge=0)
+    #: Credit grants each tenant gets a month (each enters the expiry index and leaves it when due):
+    #: they follow the tenants, not the job rate.
+    grants_per_tenant_month: float = Field(default=2.0, ge=0)
     retry_rate: float = Field(default=0.05, ge=0, le=1)
     dlq_rate: float = Field(default=0.01, ge=0, le=1)
     failed_final_rate: float = Field(default=0.0, ge=0, le=1)
@@ -123,6 +126,10 @@ class CapacityInputs(BaseModel):
     @property
     def kind_share(self) -> float:
         return 1 / len(self.kinds)
+
+    @property
+    def grants_per_second(self) -> float:
+        return self.tenants * self.grants_per_tenant_month / SECONDS_PER_MONTH
 
 
 def stage_inputs(config: StageConfig) -> dict[str, Any]:
@@ -412,7 +419,8 @@ def model(
     profile = profile or default_profile()
     trace = trace or default_trace()
     rates = path_rates(i)
-    steps = step_rates(rates, grants_per_job=i.grants_per_job, trace=trace)
+    # Grants come per tenant, not per job: as a share of this rate's jobs (exact at this rate).
+    steps = step_rates(rates, grants_per_job=i.grants_per_second / i.jobs_per_second, trace=trace)
     deferred_keys, deferred_tables = deferred_loads(trace, steps)
     notes: list[str] = []
     limits: list[Limit] = []
@@ -637,9 +645,11 @@ def model(
             )
 
     # Retention and expiry: each maintenance run handles at most its limits per shard table, so
-    # what a job leaves behind for it (its credit transactions, its row, a share of a grant) must
-    # not arrive faster than the runs take it away; past that the backlog grows without end.
-    limits.extend(_maintenance_limits(i, steps))
+    # what a job leaves behind for it (its credit transactions, a share of a grant) must not arrive
+    # faster than the runs take it away; past that the backlog grows without end. A finished job's
+    # row is not on this list: it carries its own TTL, and DynamoDB's TTL deletes are free and
+    # keep up at any rate (the run's clean-up of rows is only the backstop).
+    limits.extend(_maintenance_limits(i, rates, trace))
 
     # Crons: EventBridge Scheduler invocations (fixed, not per job).
     fires = sum(i.cron_runs.values()) / 3600
@@ -688,38 +698,39 @@ def model(
     notes.append(
         "A tenant partition can exceed 1,000 WRU/s once DynamoDB splits it by sort key; a single item "
         "(CREDITS) cannot. The crons' work per job (retention of each credit transaction, grants "
-        f"expiring: {i.grants_per_job:g} grants per job) is counted from the partition trace."
+        f"expiring: {i.grants_per_tenant_month:g} a month per tenant) is counted from the partition trace."
     )
     return CapacityReport(i.jobs_per_second, i, limits, notes)
 
 
-def _maintenance_limits(i: CapacityInputs, steps: Mapping[str, float]) -> list[Limit]:
-    from aijobs.scheduled.maintenance import (
-        EXPIRE_LIMIT,
-        TASK_CLEANUP_LIMIT,
-        TRANSACTION_CLEANUP_LIMIT,
-        run_maintenance,
-    )
+def _maintenance_limits(i: CapacityInputs, rates: Mapping[str, float], trace: PartitionTrace) -> list[Limit]:
+    from aijobs.scheduled.maintenance import EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT, run_maintenance
     from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 
     expressions = [e for e, handler in SCHEDULED_HANDLERS.items() if handler is run_maintenance]
     runs_per_second = sum(i.cron_runs.get(expression, 0.0) for expression in expressions) / 3600
     where = f"per shard table (1 of {i.shard_count})" if i.shard_count > 1 else "per shard table"
     action = (
-        "the maintenance run's limits (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT, TASK_CLEANUP_LIMIT) "
+        "the maintenance run's limits (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT) "
         "per shard and run: more shards (SHARD_COUNT) or runs, or retention by DynamoDB TTL (README Scale)"
     )
-    found = []
-    for name, per_job, limit in (
-        ("credit transactions removed by retention", steps["archive"], TRANSACTION_CLEANUP_LIMIT),
-        ("finished jobs removed by retention", 1.0, TASK_CLEANUP_LIMIT),
-        ("credit grants expired", i.grants_per_job, EXPIRE_LIMIT),
-    ):
-        if per_job and runs_per_second:
-            ceiling = limit * runs_per_second
-            per_shard = per_job / i.shard_count
-            found.append(Limit(f"Maintenance, {name}", where, "design", per_shard, ceiling, "item/s", action))
-    return found
+    if not runs_per_second:
+        return []
+    # The jobs' transactions follow the job rate; the grants' (written when granted, and when one
+    # expires with credit left) follow the tenants: a fixed load, whatever the job rate.
+    per_job = step_rates(rates, grants_per_job=0.0, trace=trace)["archive"]
+    per_grant = sum(trace.writes(step, "by_due", "TX#{}") for step in ("grant", "expire"))
+    return [
+        Limit(
+            "Maintenance, credit transactions removed by retention", where, "design", per_job / i.shard_count,
+            TRANSACTION_CLEANUP_LIMIT * runs_per_second, "item/s", action,
+            fixed=i.grants_per_second * per_grant / i.shard_count,
+        ),
+        Limit(
+            "Maintenance, credit grants expired", where, "design", 0.0, EXPIRE_LIMIT * runs_per_second,
+            "item/s", action, fixed=i.grants_per_second / i.shard_count,
+        ),
+    ]  # fmt: skip
 
 
 # --- rendering ------------------------------------------------------------------------------------

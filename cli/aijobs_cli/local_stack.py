@@ -35,10 +35,10 @@ import boto3
 
 from aijobs import runtime
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME, dispatch
-from aijobs.scheduled.maintenance import write_retention
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
 from aijobs.stage_config import StageConfig, event_source_mappings_env
+from aijobs.store.retention import write_retention
 from aijobs.store.tenants import Directory
 from aijobs_cli.esm import LambdaContext, QueueMapping
 from aijobs_cli.moto_server import MotoProcess

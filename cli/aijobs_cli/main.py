@@ -1154,7 +1154,7 @@ def config_retention(
 ) -> None:
     """Set the retention the */10 job reads from the meta table (it fails loudly without it)."""
     from aijobs import aws
-    from aijobs.scheduled.maintenance import write_retention
+    from aijobs.store.retention import write_retention
 
     target = _target(info_file, stack=stack, profile=profile, region=region)
     assert target.meta_table
@@ -1309,9 +1309,9 @@ def capacity(
     failed_final_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
     idempotency_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
     polls_per_job: Annotated[float, typer.Option(min=0.0, help="GET /jobs/{id} per job")] = 3.0,
-    grants_per_job: Annotated[
-        float, typer.Option(min=0.0, help="credit grants per job (each expires once)")
-    ] = 0.001,
+    grants_per_tenant_month: Annotated[
+        float, typer.Option(min=0.0, help="credit grants a tenant gets a month (each expires once)")
+    ] = 2.0,
     index_buckets: Annotated[
         int | None, typer.Option(min=1, help="index write-sharding buckets (default: INDEX_BUCKETS)")
     ] = None,
@@ -1363,7 +1363,7 @@ def capacity(
             failed_final_rate=failed_final_rate,
             idempotency_rate=idempotency_rate,
             polls_per_job=polls_per_job,
-            grants_per_job=grants_per_job,
+            grants_per_tenant_month=grants_per_tenant_month,
             provider_rpm=_kind_numbers(provider_rpm or [], "--provider-rpm"),
             provider_tpm=_kind_numbers(provider_tpm or [], "--provider-tpm"),
             tokens_per_attempt=tokens_per_attempt,

@@ -23,8 +23,8 @@ from moto import mock_aws
 
 from aijobs import aws, runtime
 from aijobs.domain import JobStatus
-from aijobs.scheduled.maintenance import write_retention
 from aijobs.stage_config import parse_stage_config
+from aijobs.store.retention import write_retention
 from aijobs.store.spend import SpendRecords
 from aijobs_cdk import REPO_ROOT
 from aijobs_cli.esm import LambdaContext

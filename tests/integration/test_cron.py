@@ -13,10 +13,11 @@ from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.dispatcher import dispatch
-from aijobs.scheduled.maintenance import RetentionConfigError, run_maintenance, write_retention
+from aijobs.scheduled.maintenance import run_maintenance
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS, ScheduledHandler
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
+from aijobs.store.retention import RetentionConfigError, write_retention
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 

@@ -11,9 +11,10 @@ import pytest
 from aijobs import runtime
 from aijobs.scheduled.context import CronContext
 from aijobs.scheduled.dispatcher import dispatch
-from aijobs.scheduled.maintenance import EXPIRE_LIMIT, write_retention
+from aijobs.scheduled.maintenance import EXPIRE_LIMIT
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import CronSettings
+from aijobs.store.retention import write_retention
 from tests.integration.harness import Stage
 
 pytestmark = pytest.mark.integration

@@ -135,7 +135,7 @@ EVENT_HANDLERS = {
 def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    from aijobs.scheduled.maintenance import write_retention
+    from aijobs.store.retention import write_retention
     from tests.integration.harness import EVENTS
 
     # One event per entry point here; test_events.py runs every file of events/ (and derives

@@ -24,8 +24,8 @@ from aijobs import runtime
 from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
 from aijobs.providers.local import encode_png
-from aijobs.scheduled.maintenance import write_retention
 from aijobs.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, StageConfig, queue_name_from_resource
+from aijobs.store.retention import write_retention
 from aijobs.webhooks.secrets import WebhookSecrets
 from aijobs.webhooks.transport import Poster
 from aijobs.webhooks.urls import UrlPolicy

@@ -12,11 +12,11 @@ from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.scheduled.context import CronRun
 from aijobs.scheduled.dispatcher import dispatch
-from aijobs.scheduled.maintenance import write_retention
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs.store.keys import PK, SHARD_PK, SK
+from aijobs.store.retention import write_retention
 from aijobs.store.tenants import OrphanedShardError
 from tests.integration.harness import Stage
 

@@ -112,7 +112,7 @@ INPUTS = CapacityInputs(
     batch_window_seconds=10,
     api_throttle_rate=50,
     index_buckets=4,
-    grants_per_job=0,
+    grants_per_tenant_month=0,
 )
 
 
@@ -204,9 +204,18 @@ def test_maintenance_limits_per_run_and_shard_are_walls_of_the_design() -> None:
     load, ceiling, wall = _limit("Maintenance, credit transactions removed by retention", inputs)
     assert ceiling == pytest.approx(100 * 6 / 3600)
     assert (load, wall) == pytest.approx((1000 / 2, ceiling * 2))  # 1 transaction per job, half a shard's
-    assert _limit("Maintenance, finished jobs removed by retention", inputs)[1] == pytest.approx(
-        100 * 6 / 3600
-    )
+    # Grants follow the tenants: 10 tenants x 2 a month, each 1 transaction when granted (this
+    # trace's grant expires without one), whatever the job rate.
+    granted = inputs.model_copy(update={"grants_per_tenant_month": 2.0})
+    per_second = 10 * 2 / (30 * 86_400)
+    load, _, wall = _limit("Maintenance, credit transactions removed by retention", granted)
+    assert load == pytest.approx((1000 + per_second) / 2)
+    load, ceiling, wall = _limit("Maintenance, credit grants expired", granted)
+    assert (load, ceiling, wall) == pytest.approx((per_second / 2, 20 * 6 / 3600, float("inf")))
+    crowded = granted.model_copy(update={"tenants": 200_000})
+    assert _limit("Maintenance, credit grants expired", crowded)[2] == 0  # past it at any job rate
+    # A finished job's row carries its own TTL: DynamoDB removes it, the run is only the backstop.
+    assert not [limit for limit in model(inputs, PROFILE, TRACE).limits if "finished jobs" in limit.name]
     assert not [limit for limit in model(INPUTS, PROFILE, TRACE).limits if limit.name.startswith("Maint")]
 
 

@@ -100,7 +100,7 @@ class DeadLetterConsumer:
         table = self.directory.shard_for(message.userId)
         if table is None:
             return None, None
-        store = JobStore(table, self.clock, buckets=self.directory.buckets)
+        store = self.directory.job_store(table, self.clock)
         return store, store.get(message.userId, message.jobId)
 
     def _finalize(self, store: JobStore, job: Job, now: datetime) -> Job | None:

@@ -44,7 +44,7 @@ class Operator:
         table = self.directory.shard_for(user_id)
         if table is None:
             raise NotFoundError(f"no user {user_id!r}")
-        return JobStore(table, self.clock, buckets=self.directory.buckets)
+        return self.directory.job_store(table, self.clock)
 
     def _job(self, user_id: str, job_id: str) -> tuple[JobStore, Job]:
         store = self._store(user_id)
@@ -131,7 +131,7 @@ class Operator:
         """Jobs of a kind across every active shard, by status, error class and last-change window."""
         jobs: list[Job] = []
         for index in self.directory.active_shards():
-            store = JobStore(self.directory.shard_tables[index], self.clock, buckets=self.directory.buckets)
+            store = self.directory.job_store(self.directory.shard_tables[index], self.clock)
             for status in statuses:
                 found = store.query_kind_status(kind, status, after=since, before=until)
                 jobs.extend(

@@ -43,7 +43,7 @@ from aijobs.errors import (
 from aijobs.observability import logger
 from aijobs.operator import Operator
 from aijobs.store.dead_letter_records import list_dead_letters
-from aijobs.store.jobs import JobStore, position
+from aijobs.store.jobs import position
 from aijobs.store.keys import iso
 from aijobs.store.spend import SpendRecords
 from aijobs.store.tenants import Directory, Principal
@@ -165,7 +165,7 @@ class AdminService:
         tables = self._tables(tenant)
         found: list[Job] = []
         for table in tables:
-            store = JobStore(table, self.clock, buckets=self.directory.buckets)
+            store = self.directory.job_store(table, self.clock)
             for each_kind in kinds:
                 for each_status in statuses:
                     found.extend(
@@ -187,11 +187,7 @@ class AdminService:
 
     def job(self, user_id: str, job_id: str) -> Job:
         table = self.directory.shard_for(user_id) if _JOB_ID.fullmatch(job_id) else None
-        job = (
-            JobStore(table, self.clock, buckets=self.directory.buckets).get(user_id, job_id)
-            if table is not None
-            else None
-        )
+        job = self.directory.job_store(table, self.clock).get(user_id, job_id) if table is not None else None
         if job is None:
             raise NotFoundError(f"no job {job_id!r} for user {user_id!r}")
         return job
@@ -259,7 +255,7 @@ class AdminService:
         counts = {hour: [0, 0] for hour in hours}
         oldest: datetime | None = None
         stores = [
-            JobStore(self.directory.shard_tables[i], self.clock, buckets=self.directory.buckets)
+            self.directory.job_store(self.directory.shard_tables[i], self.clock)
             for i in self.directory.active_shards()
         ]
         for store in stores:

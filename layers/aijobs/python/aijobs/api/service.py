@@ -147,7 +147,7 @@ class JobService:
         table = self.directory.shard_for(principal.user_id)
         if table is None:
             raise UnauthorizedError("the API key's user has no tenant", code="unknown_user")
-        return JobStore(table, self.clock, buckets=self.directory.buckets)
+        return self.directory.job_store(table, self.clock)
 
     def submit(
         self, principal: Principal, request: JobRequest, idempotency_key: str | None

@@ -195,7 +195,7 @@ class Consumer:
             return False
         table = self.directory.shard_for(message.userId)
         assert table is not None  # the profile exists
-        store = JobStore(table, self.clock, buckets=self.directory.buckets)
+        store = self.directory.job_store(table, self.clock)
         running = store.count_running(message.userId, self.kind, now=self.clock())
         if running < cap:
             return False
@@ -224,7 +224,7 @@ class Consumer:
             return False  # an unknown user: the claim acknowledges it
         now = self.clock()
         key = JobKey(message.userId, message.jobId, self.kind)
-        store = JobStore(shard, self.clock, buckets=self.directory.buckets)
+        store = self.directory.job_store(shard, self.clock)
         if not store.hold(key, now=now, until=now + timedelta(seconds=HOLD_SECONDS)):
             # Another copy holds it already (a duplicate, a sweeper re-send), or it is not waiting.
             logger.info("job not held: a copy waits already, or it is not queued; acknowledged")
@@ -268,7 +268,7 @@ class Consumer:
         if table is None:
             logger.warning("job row missing: message acknowledged")
             return None
-        store = JobStore(table, self.clock, buckets=self.directory.buckets)
+        store = self.directory.job_store(table, self.clock)
         job: Job | None
         if message.check is None and not is_child_id(message.jobId):
             # The common case in one call: claim straight from the message. Only when that fails

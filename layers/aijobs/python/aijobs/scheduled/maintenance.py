@@ -4,7 +4,8 @@
    invalid fails the run loudly (no fallback to environment defaults);
 2. list the active shards;
 3. per shard: expire credits (limit 20), clean up credit transactions past retention (limit 100),
-   clean up finished AI tasks past retention;
+   clean up finished AI tasks past retention (limit 100: the backstop of the rows' own TTL, which
+   the functions that finish jobs stamp from the same configuration, aijobs.store.retention);
 4. log one structured result with counts per shard.
 Limits bound each run; what is left waits for the next run. Every step is conditional, so a
 duplicate run (at-least-once schedules) cannot expire, refund or delete anything twice.
@@ -12,69 +13,24 @@ duplicate run (at-least-once schedules) cannot expire, refund or delete anything
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from aijobs.credits import CreditLedger
 from aijobs.domain import JobStatus
-from aijobs.errors import AijobsError
 from aijobs.observability import METRIC_CREDITS_EXPIRED, emit, logger
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
-from aijobs.store.keys import CONFIG_PK, PK, SK, iso
+from aijobs.store.keys import iso
+from aijobs.store.retention import Retention, read_retention
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
-RETENTION_SK = "retention"
 EXPIRE_LIMIT = 20
 TRANSACTION_CLEANUP_LIMIT = 100
 TASK_CLEANUP_LIMIT = 100
 _FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED_FINAL)
-
-
-class RetentionConfigError(AijobsError):
-    """The meta table's retention configuration is missing or invalid."""
-
-
-@dataclass(frozen=True)
-class Retention:
-    credit_transaction_days: int
-    ai_task_days: int
-
-
-def read_retention(meta: Table) -> Retention:
-    item = meta.get_item(Key={PK: CONFIG_PK, SK: RETENTION_SK}, ConsistentRead=True).get("Item")
-    if item is None:
-        raise RetentionConfigError(
-            f"meta table has no {CONFIG_PK}/{RETENTION_SK} item; set it with `aijobs config retention`"
-        )
-    values = {}
-    for name in ("credit_tx_retention_days", "ai_task_retention_days"):
-        raw = item.get(name)
-        try:
-            days = int(str(raw))
-        except ValueError:
-            raise RetentionConfigError(f"{name}={raw!r} is not a whole number of days") from None
-        if days < 1:
-            raise RetentionConfigError(f"{name}={days} must be at least 1 day")
-        values[name] = days
-    return Retention(values["credit_tx_retention_days"], values["ai_task_retention_days"])
-
-
-def write_retention(meta: Table, *, credit_tx_retention_days: int, ai_task_retention_days: int) -> None:
-    """Set the dynamic retention configuration (operators; the local stack seeds it)."""
-    if credit_tx_retention_days < 1 or ai_task_retention_days < 1:
-        raise ValueError("retention must be at least 1 day")
-    meta.put_item(
-        Item={
-            PK: CONFIG_PK,
-            SK: RETENTION_SK,
-            "credit_tx_retention_days": credit_tx_retention_days,
-            "ai_task_retention_days": ai_task_retention_days,
-        }
-    )
 
 
 def run_maintenance(run: CronRun, ctx: CronContext) -> dict[str, Any]:
@@ -105,7 +61,7 @@ def _maintain_shard(table: Table, ctx: CronContext, now: Any, retention: Retenti
         now - timedelta(days=retention.credit_transaction_days), limit=TRANSACTION_CLEANUP_LIMIT
     )
     tasks = _cleanup_tasks(
-        JobStore(table, ctx.clock, buckets=ctx.directory.buckets),
+        ctx.directory.job_store(table, ctx.clock),
         ctx.kinds,
         now - timedelta(days=retention.ai_task_days),
     )

@@ -35,7 +35,7 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     actions: Counter[str] = Counter()
     resent = 0
     for index in ctx.directory.active_shards():
-        store = JobStore(ctx.directory.shard_tables[index], ctx.clock, buckets=ctx.directory.buckets)
+        store = ctx.directory.job_store(ctx.directory.shard_tables[index], ctx.clock)
         for kind in ctx.kinds:
             for job in store.query_kind_status(kind, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
                 if job.lease_expires_at is not None and job.lease_expires_at < now:

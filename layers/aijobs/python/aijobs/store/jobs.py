@@ -74,11 +74,19 @@ class JobStore:
     """Job rows of one shard table (`USER#<userId>` / `JOB#<jobId>`, see TABLES.md)."""
 
     def __init__(
-        self, table: Table, clock: Callable[[], datetime] = utcnow, *, buckets: IndexBuckets
+        self,
+        table: Table,
+        clock: Callable[[], datetime] = utcnow,
+        *,
+        buckets: IndexBuckets,
+        task_retention: Callable[[], timedelta | None] | None = None,
     ) -> None:
         self._table = table
         # The stage's INDEX_BUCKETS: where `by_kind_status` keys are written and read.
         self._buckets = buckets
+        # How long a finished row is kept (aijobs.store.retention): each final transition stamps
+        # the row's TTL from it, so DynamoDB removes it; None (or no reader): no TTL.
+        self._task_retention = task_retention
         # Credits live in the same shard table: refunds ride in the job's own transactions.
         self.ledger = CreditLedger(table, clock, buckets=buckets)
 
@@ -530,6 +538,9 @@ class JobStore:
         and, for a workflow child, its count on the parent row."""
         client = self._table.meta.client
         count_on_parent = job.parent_id is not None
+        retention = self._task_retention() if self._task_retention is not None else None
+        if retention is not None:
+            sets = {**sets, TTL_ATTRIBUTE: int((now + retention).timestamp())}
         if job.callback_url is not None:
             # The webhook is owed from this very write on: a delivery message lost before it was
             # sent is found again by its `pending` state (aijobs.webhooks).
@@ -623,6 +634,7 @@ class JobStore:
             remove=(
                 "lease_expires_at",
                 "finished_at",
+                TTL_ATTRIBUTE,
                 "provider_handle",
                 "started_at",
                 "recheck_id",
@@ -910,8 +922,8 @@ class JobStore:
                 "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
             },
             values={":final": JobStatus.FAILED_FINAL.value},
-            remove=("lease_expires_at", "finished_at", "provider_handle", "started_at", "recheck_id",
-                    "next_attempt_at", "result_json", "result_ref"),
+            remove=("lease_expires_at", "finished_at", TTL_ATTRIBUTE, "provider_handle", "started_at",
+                    "recheck_id", "next_attempt_at", "result_json", "result_ref"),
         )  # fmt: skip
         parent_condition = "attribute_exists(pk)"
         parent_values: dict[str, Any] = {":minus": -1}
@@ -965,7 +977,7 @@ class JobStore:
                 "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
             },
             values=values,
-            remove=("finished_at", "claim_id", "next_attempt_at"),
+            remove=("finished_at", TTL_ATTRIBUTE, "claim_id", "next_attempt_at"),
         )
         assert updated is not None
         return updated

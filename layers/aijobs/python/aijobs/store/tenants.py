@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from botocore.exceptions import ClientError
 from aijobs.domain import utcnow
 from aijobs.errors import AijobsError
 from aijobs.ids import new_api_key
+from aijobs.store.jobs import JobStore
 from aijobs.store.keys import (
     API_KEY_SK,
     PK,
@@ -24,8 +26,11 @@ from aijobs.store.keys import (
     iso,
     user_pk,
 )
+from aijobs.store.retention import TaskRetention
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_dynamodb.service_resource import Table
 
 
@@ -98,6 +103,13 @@ class Directory:
         self._keys: dict[str, tuple[Principal, float]] = {}  # key hash -> (principal, valid until)
         self._profiles: dict[str, tuple[TenantProfile, float]] = {}  # user -> (profile, valid until)
         self._monotonic = time.monotonic
+        # How long finished jobs are kept, read on first use and cached (aijobs.store.retention).
+        self.task_retention = TaskRetention(meta)
+
+    def job_store(self, table: Table, clock: Callable[[], datetime] = utcnow) -> JobStore:
+        """A JobStore on one of this stage's shard tables: its index buckets, and the retention
+        its final transitions stamp as the row's TTL."""
+        return JobStore(table, clock, buckets=self.buckets, task_retention=self.task_retention)
 
     def profile(self, user_id: str) -> TenantProfile | None:
         """The user's profile (None for an unknown user), cached for PROFILE_CACHE_SECONDS: a limit

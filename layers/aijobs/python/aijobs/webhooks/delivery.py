@@ -27,7 +27,6 @@ from pydantic import BaseModel, ValidationError
 from aijobs.domain import Job
 from aijobs.observability import log_context, logger
 from aijobs.queues import MAX_VISIBILITY_SECONDS, JobQueues
-from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
 from aijobs.webhooks.messages import EVENT_TYPES, PENDING, CallbackMessage, delivery_id
 from aijobs.webhooks.rows import CallbackRows, Claim
@@ -125,7 +124,7 @@ class WebhookConsumer:
         with log_context(jobId=message.jobId, userId=message.userId, deliveryId=message.deliveryId):
             table = self.directory.shard_for(message.userId)
             job = (
-                JobStore(table, self.clock, buckets=self.directory.buckets).get(message.userId, message.jobId)
+                self.directory.job_store(table, self.clock).get(message.userId, message.jobId)
                 if table is not None
                 else None
             )

@@ -1,0 +1,92 @@
+"""How long finished jobs and credit transactions are kept: the meta table's dynamic configuration
+(`CONFIG` / `retention`, set with `aijobs config retention`).
+
+The `*/10` maintenance run reads it once per run and fails loudly when it is missing or invalid
+(DESIGN.md §7). The functions that finish jobs read it too, cached per container for
+`RETENTION_CACHE_SECONDS`, to stamp each finished row with its DynamoDB TTL (`ttl`): DynamoDB then
+removes the row itself, free and at any rate, typically within two days of the time; the
+maintenance run's clean-up stays as the backstop for rows without one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from aijobs.errors import AijobsError
+from aijobs.store.keys import CONFIG_PK, PK, SK
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+
+RETENTION_SK = "retention"
+#: How long a container trusts the retention it read: a change reaches every job finishing after it
+#: within this time (rows already finished keep the TTL they got).
+RETENTION_CACHE_SECONDS = 300
+
+
+class RetentionConfigError(AijobsError):
+    """The meta table's retention configuration is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    credit_transaction_days: int
+    ai_task_days: int
+
+
+def read_retention(meta: Table) -> Retention:
+    item = meta.get_item(Key={PK: CONFIG_PK, SK: RETENTION_SK}, ConsistentRead=True).get("Item")
+    if item is None:
+        raise RetentionConfigError(
+            f"meta table has no {CONFIG_PK}/{RETENTION_SK} item; set it with `aijobs config retention`"
+        )
+    values = {}
+    for name in ("credit_tx_retention_days", "ai_task_retention_days"):
+        raw = item.get(name)
+        try:
+            days = int(str(raw))
+        except ValueError:
+            raise RetentionConfigError(f"{name}={raw!r} is not a whole number of days") from None
+        if days < 1:
+            raise RetentionConfigError(f"{name}={days} must be at least 1 day")
+        values[name] = days
+    return Retention(values["credit_tx_retention_days"], values["ai_task_retention_days"])
+
+
+def write_retention(meta: Table, *, credit_tx_retention_days: int, ai_task_retention_days: int) -> None:
+    """Set the dynamic retention configuration (operators; the local stack seeds it)."""
+    if credit_tx_retention_days < 1 or ai_task_retention_days < 1:
+        raise ValueError("retention must be at least 1 day")
+    meta.put_item(
+        Item={
+            PK: CONFIG_PK,
+            SK: RETENTION_SK,
+            "credit_tx_retention_days": credit_tx_retention_days,
+            "ai_task_retention_days": ai_task_retention_days,
+        }
+    )
+
+
+class TaskRetention:
+    """How long a finished job is kept, as a container sees it: read on first use, then trusted for
+    RETENTION_CACHE_SECONDS. Missing or invalid configuration gives None (no TTL: the row waits for
+    the maintenance run, which reports the configuration loudly) rather than failing a job."""
+
+    def __init__(self, meta: Table, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._meta = meta
+        self._monotonic = monotonic
+        self._cached: tuple[timedelta | None, float] | None = None
+
+    def __call__(self) -> timedelta | None:
+        if self._cached is not None and self._monotonic() < self._cached[1]:
+            return self._cached[0]
+        try:
+            kept: timedelta | None = timedelta(days=read_retention(self._meta).ai_task_days)
+        except RetentionConfigError:
+            kept = None
+        self._cached = (kept, self._monotonic() + RETENTION_CACHE_SECONDS)
+        return kept
