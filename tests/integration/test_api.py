@@ -6,7 +6,7 @@ import base64
 import copy
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -340,7 +340,8 @@ def test_jwt_mode_takes_the_identity_verified_by_the_gateway(
     response = handler.handler(event, LambdaContext("aijobs-dev-api"))
     # A new identity gets a tenant on its first request, but no credits yet.
     assert (response["statusCode"], json.loads(response["body"])["code"]) == (402, "insufficient_credits")
-    stage.store_for("cognito-user-1").ledger.grant("cognito-user-1", 5, stage.clock() + timedelta(days=1))
+    # The handler runs on the real clock (the stage's is fixed): the grant must outlive real time.
+    stage.store_for("cognito-user-1").ledger.grant("cognito-user-1", 5, datetime.now(UTC) + timedelta(days=1))
     response = handler.handler(event, LambdaContext("aijobs-dev-api"))
     assert response["statusCode"] == 202
     job_id = json.loads(response["body"])["jobId"]

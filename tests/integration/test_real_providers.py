@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -47,7 +47,8 @@ class Client:
         self.stage = stage
         self.handler = handler
         self.key = stage.directory.create_api_key("alice")
-        stage.store_for("alice").ledger.grant("alice", 100, stage.clock() + timedelta(days=1))
+        # The API handler runs on the real clock (the stage's is fixed): the grant must outlive it.
+        stage.store_for("alice").ledger.grant("alice", 100, datetime.now(UTC) + timedelta(days=1))
 
     def call(self, sample: str, *, body: Any = None, path: str | None = None) -> tuple[int, Any]:
         event = load_event(sample)
