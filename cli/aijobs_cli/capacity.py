@@ -645,10 +645,10 @@ def model(
             )
 
     # Retention and expiry: each maintenance run handles at most its limits per shard table, so
-    # what a job leaves behind for it (its credit transactions, a share of a grant) must not arrive
-    # faster than the runs take it away; past that the backlog grows without end. A finished job's
-    # row is not on this list: it carries its own TTL, and DynamoDB's TTL deletes are free and
-    # keep up at any rate (the run's clean-up of rows is only the backstop).
+    # what is left for it (credit transactions written while no retention was known, the grants
+    # falling due) must not arrive faster than the runs take it away; past that the backlog grows
+    # without end. Finished job rows and folded transactions carry their own TTL: DynamoDB's TTL
+    # deletes are free and keep up at any rate (the run's clean-up is only the backstop).
     limits.extend(_maintenance_limits(i, rates, trace))
 
     # Crons: EventBridge Scheduler invocations (fixed, not per job).
@@ -711,8 +711,8 @@ def _maintenance_limits(i: CapacityInputs, rates: Mapping[str, float], trace: Pa
     runs_per_second = sum(i.cron_runs.get(expression, 0.0) for expression in expressions) / 3600
     where = f"per shard table (1 of {i.shard_count})" if i.shard_count > 1 else "per shard table"
     action = (
-        "the maintenance run's limits (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT) "
-        "per shard and run: more shards (SHARD_COUNT) or runs, or retention by DynamoDB TTL (README Scale)"
+        "the maintenance run's limits per shard and run (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT): "
+        "more shard tables (SHARD_COUNT); set retention so transactions expire by TTL (README Scale)"
     )
     if not runs_per_second:
         return []
@@ -720,7 +720,7 @@ def _maintenance_limits(i: CapacityInputs, rates: Mapping[str, float], trace: Pa
     # expires with credit left) follow the tenants: a fixed load, whatever the job rate.
     per_job = step_rates(rates, grants_per_job=0.0, trace=trace)["archive"]
     per_grant = sum(trace.writes(step, "by_due", "TX#{}") for step in ("grant", "expire"))
-    return [
+    limits = [
         Limit(
             "Maintenance, credit transactions removed by retention", where, "design", per_job / i.shard_count,
             TRANSACTION_CLEANUP_LIMIT * runs_per_second, "item/s", action,
@@ -731,6 +731,9 @@ def _maintenance_limits(i: CapacityInputs, rates: Mapping[str, float], trace: Pa
             "item/s", action, fixed=i.grants_per_second / i.shard_count,
         ),
     ]  # fmt: skip
+    # With retention configured, transactions are folded as written and expire by TTL: none is
+    # left for the run (only rows written while no retention was configured).
+    return [limit for limit in limits if limit.per_job or limit.fixed]
 
 
 # --- rendering ------------------------------------------------------------------------------------

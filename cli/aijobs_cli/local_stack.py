@@ -438,9 +438,8 @@ class LocalStack:
         self._operators = directory
         shard = directory.shard_for(DEMO_USER)
         assert shard is not None
-        from aijobs.store.jobs import JobStore
 
-        JobStore(shard, buckets=directory.buckets).ledger.grant(
+        directory.job_store(shard).ledger.grant(
             DEMO_USER, DEMO_CREDITS, datetime.now(UTC) + timedelta(days=30)
         )
         write_retention(

@@ -1073,14 +1073,13 @@ def credits_grant(
     as_json: AsJson = False,
 ) -> None:
     """Grant a user credits that expire after --days."""
-    from aijobs.store.jobs import JobStore
 
     target = _target(info_file, stack=stack, profile=profile, region=region)
     directory = target.directory()
     directory.ensure_user(user)
     table = directory.shard_for(user)
     assert table is not None
-    ledger = JobStore(table, buckets=directory.buckets).ledger
+    ledger = directory.job_store(table).ledger
     grant_id = ledger.grant(user, amount, datetime.now(UTC) + timedelta(days=days))
     result = {"userId": user, "grantId": grant_id, "balance": ledger.account(user).balance}
     _emit(result, as_json, lambda r: out.print(f"granted {amount} to {user}; balance {r['balance']}"))

@@ -280,7 +280,7 @@ class _StageAccess:
         table = self.directory.shard_for(user_id)
         if table is None:
             raise TargetError(f"user {user_id} has no shard")
-        return JobStore(table, buckets=self.directory.buckets)
+        return self.directory.job_store(table)
 
     def rows(self, jobs: list[SoakJob]) -> dict[str, RowState]:
         """The rows of `jobs` that exist (one consistent read each: cheap for the few in flight)."""
@@ -310,8 +310,9 @@ class _StageAccess:
         refunds: dict[str, int] = {}
         expired_since = account.archived["expire"] if since is None else 0
         for tx in ledger.transactions(user.user_id):
-            totals[tx.type] += tx.amount
-            if tx.type == "expire" and (since is None or tx.created_at >= since):
+            if not tx.folded:  # a folded row's amount is in the archived totals already
+                totals[tx.type] += tx.amount
+            if tx.type == "expire" and (tx.created_at >= since if since is not None else not tx.folded):
                 expired_since += tx.amount
             if tx.job_id and tx.type in ("debit", "refund"):
                 per_job[tx.job_id][tx.type] += 1

@@ -29,6 +29,7 @@ def _deliver(stage: Stage, kind: str = "summary") -> tuple[dict[str, Any], list[
     with recording_calls() as log:
         consumer = stage.consumer(kind)  # built inside, so its clients are recorded
         consumer.directory.shard_for("alice")  # a warm container knows the user's shard
+        consumer.directory.retention()  # and the retention (read once per container and 5 minutes)
         log.clear()
         response = consumer.handle({"Records": [sqs_record(m, arn) for m in messages]}, LambdaContext("fn"))
     return response, log.calls

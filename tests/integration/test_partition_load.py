@@ -40,7 +40,10 @@ def test_no_partition_shared_by_tenants_takes_more_than_its_bucket_share(
         assert int(bucketed["bucket"]) < BUCKETS
         groups[(where, bucketed["base"])][int(bucketed["bucket"])] += count
         squares[(where, bucketed["base"])] += sum(w * w for w in recorder.items[(where, partition)].values())
-    assert {base for _, base in groups} >= {"GRANT", "TX", "KIND#summary#STATUS#succeeded"}
+    assert {base for _, base in groups} >= {"GRANT", "KIND#summary#STATUS#succeeded"}
+    # Transactions are folded into their tenant's totals as written and expire by TTL: none enters
+    # the TX index any more, so nothing waits there for the */10 run's 100 per shard.
+    assert not [base for _, base in groups if base == "TX"]
     # The unit that is hashed is an item (a job, a grant, a transaction): item i, written w_i
     # times in a group of n writes, lands all of them in one bucket with p = 1/BUCKETS (crc32 of
     # random ids). A bucket's count has mean n*p and variance p*(1-p)*sum(w_i^2); six standard
@@ -57,9 +60,7 @@ def test_no_partition_shared_by_tenants_takes_more_than_its_bucket_share(
         checked += 1
         ceiling = n * p + 6 * math.sqrt(p * (1 - p) * squares[(where, base)])
         assert max(buckets.values()) <= ceiling, f"{where} {base}: {dict(buckets)} over {ceiling:.0f} of {n}"
-    assert checked >= 10
-
-    assert checked >= 10
+    assert checked >= 9  # GRANT, and each kind's queued, running and (mostly) succeeded keys
 
 
 def test_the_committed_trace_is_what_the_store_writes_now(
@@ -72,9 +73,9 @@ def test_the_committed_trace_is_what_the_store_writes_now(
     assert not stale, f"the partition trace is stale (steps that changed: {stale}): {hint}"
     assert measured == committed, f"the partition trace's header is stale: {hint}"
     assert default_trace() == committed  # the package reads the same file
-    # Every step ran, and retention removes the transactions the other steps write.
-    assert all(step.runs > 0 for step in measured.steps.values())
-    assert measured.writes("archive", "by_due", "TX#{}") == 1.0
+    # Every step ran but the archive: with retention known every transaction is folded as written.
+    assert [name for name, step in measured.steps.items() if not step.runs] == ["archive"]
+    assert measured.writes("submit", "table", "USER#{} TX#{}") == 1.0
 
 
 #: The call profile's request paths, as the steps of the trace they run.

@@ -56,10 +56,12 @@ def test_a_cold_container_looks_the_key_up_once_and_needs_no_shard_lookup(
 ) -> None:
     api, log = recorded
     assert _post(api)[0] == 202
-    # The key (its item names the user's shard), the grants to draw credits from, the write, the send.
+    # The key (its item names the user's shard), the grants to draw credits from, the stage's
+    # retention (the debit's TTL; once per container and 5 minutes), the write, the send.
     assert log.calls == [
         ("dynamodb", "GetItem"),
         ("dynamodb", "Query"),
+        ("dynamodb", "GetItem"),
         ("dynamodb", "TransactWriteItems"),
         ("sqs", "SendMessage"),
     ]

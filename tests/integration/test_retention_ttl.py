@@ -14,7 +14,7 @@ from aijobs.domain import Job, JobStatus
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, job_sk, user_pk
-from aijobs.store.retention import RETENTION_CACHE_SECONDS, TaskRetention, write_retention
+from aijobs.store.retention import RETENTION_CACHE_SECONDS, RetentionReader, write_retention
 from tests.integration.harness import Stage
 
 pytestmark = pytest.mark.integration
@@ -79,7 +79,7 @@ def test_a_container_reads_retention_once_per_cache_period(stage: Stage) -> None
     now = [0.0]
     reads: list[str] = []
     meta.meta.client.meta.events.register("before-call.dynamodb.GetItem", lambda **_: reads.append("get"))
-    retention = TaskRetention(meta, monotonic=lambda: now[0])
+    retention = RetentionReader(meta, monotonic=lambda: now[0]).tasks
 
     assert retention() is None  # not configured: no TTL, and no read per job either
     write_retention(meta, credit_tx_retention_days=30, ai_task_retention_days=5)

@@ -8,21 +8,30 @@ Money moves only inside DynamoDB transactions whose conditions make each movemen
 Debits draw on the grants that expire first, so expiry only removes credit nobody has spent.
 
 Invariant (tested with hypothesis): balance == grants - debits + refunds - expired, never < 0,
-where the sums include transactions already removed by retention (folded into `archived_*`).
+where each sum is the balance item's `archived_<type>` total plus the transaction rows not folded
+into it.
+
+Retention: with the stage's credit-transaction retention known (aijobs.store.retention), a
+transaction is folded into its `archived_<type>` total in the very transaction that writes it, and
+its row carries a DynamoDB TTL: DynamoDB removes it when retention is over, free and at any rate,
+and the totals already hold it. Without (no retention configured), the row goes into the `TX`
+expiry index instead, and the `*/10` run archives it later, at most 100 per shard and run (folding
+it then). `Transaction.folded` tells the two apart; sums over rows must skip folded ones.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.conditions import Key
 
 from aijobs.errors import PaymentRequiredError
 from aijobs.ids import new_job_id
-from aijobs.store.keys import PK, SK, IndexBuckets, iso, parse_iso, query_buckets, user_pk
+from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, IndexBuckets, iso, parse_iso, query_buckets, user_pk
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -33,6 +42,8 @@ BALANCE_SK = "CREDITS"
 GRANT_DUE_PK = "GRANT"
 TX_DUE_PK = "TX"
 TX_TYPES = ("grant", "debit", "refund", "expire")
+#: A transaction row whose amount its balance item's totals already hold (and that expires by TTL).
+FOLDED = "folded"
 
 
 def grant_sk(grant_id: str) -> str:
@@ -62,21 +73,33 @@ class Transaction:
     created_at: datetime
     job_id: str | None = None
     grant_id: str | None = None
+    #: Already in the account's `archived` totals (written folded; its row expires by TTL).
+    folded: bool = False
 
 
 @dataclass(frozen=True)
 class Account:
     balance: int
+    #: Per type, the amounts no longer counted row by row: folded as written, or archived by the run.
     archived: dict[str, int]
 
 
 class CreditLedger:
     """Credits of the users of one shard table."""
 
-    def __init__(self, table: Table, clock: Callable[[], datetime], *, buckets: IndexBuckets) -> None:
+    def __init__(
+        self,
+        table: Table,
+        clock: Callable[[], datetime],
+        *,
+        buckets: IndexBuckets,
+        retention: Callable[[], timedelta | None] | None = None,
+    ) -> None:
         self._table = table
         self._clock = clock
         self._buckets = buckets
+        # How long a transaction row is kept (None: unknown, the maintenance run archives it).
+        self._retention = retention
 
     @property
     def table_name(self) -> str:
@@ -131,26 +154,29 @@ class CreditLedger:
             raise ValueError("a grant must expire in the future")
         grant_id = grant_id or new_job_id(int(now.timestamp() * 1000))
         self._transact(
-            [
-                self._put(
-                    {
-                        PK: user_pk(user_id),
-                        SK: grant_sk(grant_id),
-                        "grant_id": grant_id,
-                        "userId": user_id,
-                        "amount": amount,
-                        "remaining": amount,
-                        "expires_at": iso(expires_at),
-                        "created_at": iso(now),
-                        "expired": False,
-                        "gsi3pk": self._buckets.partition(GRANT_DUE_PK, grant_id),
-                        "gsi3sk": f"{iso(expires_at)}#{user_id}#{grant_id}",
-                    },
-                    condition="attribute_not_exists(pk)",
-                ),
-                self._balance_update(user_id, amount),
-                self._tx_put(user_id, "grant", amount, now, grant_id=grant_id),
-            ]
+            self._fold(
+                user_id,
+                [
+                    self._put(
+                        {
+                            PK: user_pk(user_id),
+                            SK: grant_sk(grant_id),
+                            "grant_id": grant_id,
+                            "userId": user_id,
+                            "amount": amount,
+                            "remaining": amount,
+                            "expires_at": iso(expires_at),
+                            "created_at": iso(now),
+                            "expired": False,
+                            "gsi3pk": self._buckets.partition(GRANT_DUE_PK, grant_id),
+                            "gsi3sk": f"{iso(expires_at)}#{user_id}#{grant_id}",
+                        },
+                        condition="attribute_not_exists(pk)",
+                    ),
+                    self._balance_update(user_id, amount),
+                    self._tx_put(user_id, "grant", amount, now, grant_id=grant_id),
+                ],
+            )
         )
         return grant_id
 
@@ -187,7 +213,7 @@ class CreditLedger:
             if owed == 0:
                 break
         writes.append(self._tx_put(user_id, "debit", price, now, job_id=job_id))
-        return writes, allocation
+        return self._fold(user_id, writes), allocation
 
     def refund(self, user_id: str, job_id: str, allocation: dict[str, int]) -> list[dict[str, Any]]:
         """Writes that give a job's debit back to the grants it came from.
@@ -220,7 +246,7 @@ class CreditLedger:
             writes.append(self._tx_put(user_id, "expire", expired_again, now, job_id=job_id, suffix="x"))
         if back_to_balance:
             writes.append(self._balance_update(user_id, back_to_balance))
-        return writes
+        return self._fold(user_id, writes)
 
     # --- cron: expiry and retention ------------------------------------------------------------
 
@@ -248,7 +274,7 @@ class CreditLedger:
                 self._tx_put(grant.user_id, "expire", grant.remaining, now, grant_id=grant.grant_id),
             ]
         try:
-            self._transact(writes)
+            self._transact(self._fold(grant.user_id, writes))
         except self._table.meta.client.exceptions.TransactionCanceledException:
             return False
         return True
@@ -258,7 +284,8 @@ class CreditLedger:
         return sum(self.expire(grant) for grant in self.due_grants(now, limit))
 
     def old_transactions(self, before: datetime, limit: int) -> list[dict[str, Any]]:
-        """The `limit` oldest transactions created before `before`, across every bucket."""
+        """The `limit` oldest transactions created before `before`, across every bucket (only the
+        rows written without a known retention are in the index: folded ones expire by TTL)."""
         return self._due(TX_DUE_PK, iso(before), limit)
 
     def _due(self, base: str, before: str, limit: int) -> list[dict[str, Any]]:
@@ -353,14 +380,41 @@ class CreditLedger:
             "type": kind,
             "amount": amount,
             "created_at": iso(now),
-            "gsi3pk": self._buckets.partition(TX_DUE_PK, tx_id),
-            "gsi3sk": f"{iso(now)}#{user_id}#{tx_id}",
         }
+        kept = self._retention() if self._retention is not None else None
+        if kept is None:  # retention unknown: into the expiry index, archived by the */10 run
+            item["gsi3pk"] = self._buckets.partition(TX_DUE_PK, tx_id)
+            item["gsi3sk"] = f"{iso(now)}#{user_id}#{tx_id}"
+        else:  # folded into the totals by `_fold`, in the same transaction; DynamoDB removes the row
+            item[FOLDED] = True
+            item[TTL_ATTRIBUTE] = int((now + kept).timestamp())
         if job_id:
             item["jobId"] = job_id
         if grant_id:
             item["grant_id"] = grant_id
         return self._put(item, condition="attribute_not_exists(pk)")
+
+    def _fold(self, user_id: str, writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Add the amounts of the folded transaction rows among `writes` to the balance item's
+        `archived_<type>` totals, in the same DynamoDB transaction: counted once, as written."""
+        amounts: dict[str, int] = defaultdict(int)
+        for write in writes:
+            item = write.get("Put", {}).get("Item", {})
+            if item.get(FOLDED) and str(item.get(SK, "")).startswith("TX#"):
+                amounts[str(item["type"])] += int(item["amount"])
+        if not amounts:
+            return writes
+        key = {PK: user_pk(user_id), SK: BALANCE_SK}
+        balance = next((w["Update"] for w in writes if "Update" in w and w["Update"]["Key"] == key), None)
+        if balance is None:  # a transaction that moves no balance still records its totals
+            balance = self._balance_update(user_id, 0)["Update"]
+            writes = [*writes, {"Update": balance}]
+        balance["UpdateExpression"] += "".join(f", archived_{kind} :fold_{kind}" for kind in amounts)
+        balance["ExpressionAttributeValues"] = {
+            **balance["ExpressionAttributeValues"],
+            **{f":fold_{kind}": amount for kind, amount in amounts.items()},
+        }
+        return writes
 
     def _transact(self, writes: list[dict[str, Any]]) -> None:
         self._table.meta.client.transact_write_items(TransactItems=writes)  # type: ignore[arg-type]
@@ -386,4 +440,5 @@ def _transaction(item: dict[str, Any]) -> Transaction:
         created_at=parse_iso(str(item["created_at"])),
         job_id=item.get("jobId"),
         grant_id=item.get("grant_id"),
+        folded=bool(item.get(FOLDED, False)),
     )

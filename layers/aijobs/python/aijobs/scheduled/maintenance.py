@@ -53,7 +53,9 @@ def run_maintenance(run: CronRun, ctx: CronContext) -> dict[str, Any]:
 
 
 def _maintain_shard(table: Table, ctx: CronContext, now: Any, retention: Retention) -> dict[str, int]:
-    ledger = CreditLedger(table, ctx.clock, buckets=ctx.directory.buckets)
+    # The run knows the retention: an expiry's transaction is folded and expires by TTL too.
+    kept = timedelta(days=retention.credit_transaction_days)
+    ledger = CreditLedger(table, ctx.clock, buckets=ctx.directory.buckets, retention=lambda: kept)
     expired = ledger.expire_due(now, limit=EXPIRE_LIMIT)
     if expired:
         emit(METRIC_CREDITS_EXPIRED, value=expired)

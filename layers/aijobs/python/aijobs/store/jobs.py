@@ -80,6 +80,7 @@ class JobStore:
         *,
         buckets: IndexBuckets,
         task_retention: Callable[[], timedelta | None] | None = None,
+        transaction_retention: Callable[[], timedelta | None] | None = None,
     ) -> None:
         self._table = table
         # The stage's INDEX_BUCKETS: where `by_kind_status` keys are written and read.
@@ -88,7 +89,7 @@ class JobStore:
         # the row's TTL from it, so DynamoDB removes it; None (or no reader): no TTL.
         self._task_retention = task_retention
         # Credits live in the same shard table: refunds ride in the job's own transactions.
-        self.ledger = CreditLedger(table, clock, buckets=buckets)
+        self.ledger = CreditLedger(table, clock, buckets=buckets, retention=transaction_retention)
 
     @property
     def table_name(self) -> str:

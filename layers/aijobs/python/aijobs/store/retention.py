@@ -2,10 +2,10 @@
 (`CONFIG` / `retention`, set with `aijobs config retention`).
 
 The `*/10` maintenance run reads it once per run and fails loudly when it is missing or invalid
-(DESIGN.md §7). The functions that finish jobs read it too, cached per container for
-`RETENTION_CACHE_SECONDS`, to stamp each finished row with its DynamoDB TTL (`ttl`): DynamoDB then
-removes the row itself, free and at any rate, typically within two days of the time; the
-maintenance run's clean-up stays as the backstop for rows without one.
+(DESIGN.md §7). The functions that finish jobs and move credits read it too, cached per container
+for `RETENTION_CACHE_SECONDS`, to stamp each finished job row and each credit transaction with its
+DynamoDB TTL (`ttl`): DynamoDB then removes the row itself, free and at any rate, typically within
+two days of the time. The maintenance run's clean-up stays as the backstop for rows without one.
 """
 
 from __future__ import annotations
@@ -71,22 +71,32 @@ def write_retention(meta: Table, *, credit_tx_retention_days: int, ai_task_reten
     )
 
 
-class TaskRetention:
-    """How long a finished job is kept, as a container sees it: read on first use, then trusted for
+class RetentionReader:
+    """The retention as a container sees it: read on first use, then trusted for
     RETENTION_CACHE_SECONDS. Missing or invalid configuration gives None (no TTL: the row waits for
     the maintenance run, which reports the configuration loudly) rather than failing a job."""
 
     def __init__(self, meta: Table, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._meta = meta
         self._monotonic = monotonic
-        self._cached: tuple[timedelta | None, float] | None = None
+        self._cached: tuple[Retention | None, float] | None = None
 
-    def __call__(self) -> timedelta | None:
+    def __call__(self) -> Retention | None:
         if self._cached is not None and self._monotonic() < self._cached[1]:
             return self._cached[0]
         try:
-            kept: timedelta | None = timedelta(days=read_retention(self._meta).ai_task_days)
+            retention: Retention | None = read_retention(self._meta)
         except RetentionConfigError:
-            kept = None
-        self._cached = (kept, self._monotonic() + RETENTION_CACHE_SECONDS)
-        return kept
+            retention = None
+        self._cached = (retention, self._monotonic() + RETENTION_CACHE_SECONDS)
+        return retention
+
+    def tasks(self) -> timedelta | None:
+        """How long a finished job is kept."""
+        retention = self()
+        return None if retention is None else timedelta(days=retention.ai_task_days)
+
+    def transactions(self) -> timedelta | None:
+        """How long a credit transaction is kept."""
+        retention = self()
+        return None if retention is None else timedelta(days=retention.credit_transaction_days)

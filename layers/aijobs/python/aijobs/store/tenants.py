@@ -26,7 +26,7 @@ from aijobs.store.keys import (
     iso,
     user_pk,
 )
-from aijobs.store.retention import TaskRetention
+from aijobs.store.retention import RetentionReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -103,13 +103,19 @@ class Directory:
         self._keys: dict[str, tuple[Principal, float]] = {}  # key hash -> (principal, valid until)
         self._profiles: dict[str, tuple[TenantProfile, float]] = {}  # user -> (profile, valid until)
         self._monotonic = time.monotonic
-        # How long finished jobs are kept, read on first use and cached (aijobs.store.retention).
-        self.task_retention = TaskRetention(meta)
+        # How long finished jobs and credit transactions are kept, read on first use and cached.
+        self.retention = RetentionReader(meta)
 
     def job_store(self, table: Table, clock: Callable[[], datetime] = utcnow) -> JobStore:
         """A JobStore on one of this stage's shard tables: its index buckets, and the retention
-        its final transitions stamp as the row's TTL."""
-        return JobStore(table, clock, buckets=self.buckets, task_retention=self.task_retention)
+        its final transitions and credit transactions stamp as their rows' TTL."""
+        return JobStore(
+            table,
+            clock,
+            buckets=self.buckets,
+            task_retention=self.retention.tasks,
+            transaction_retention=self.retention.transactions,
+        )
 
     def profile(self, user_id: str) -> TenantProfile | None:
         """The user's profile (None for an unknown user), cached for PROFILE_CACHE_SECONDS: a limit
