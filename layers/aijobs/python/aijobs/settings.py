@@ -10,13 +10,11 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aijobs.flow import FlowSettings
-from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
-from aijobs.stage_config import (
+from aijobs.bindings import (
     DEAD_LETTER_QUEUES,
     ESM_MAX_CONCURRENCY_MAX,
     EVENT_SOURCE_MAPPINGS,
@@ -24,7 +22,11 @@ from aijobs.stage_config import (
     parse_prices,
     split_list,
 )
+from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
 from aijobs.store.keys import MAX_INDEX_BUCKETS, IndexBuckets
+
+if TYPE_CHECKING:
+    from aijobs.flow import FlowSettings
 
 
 class FunctionSettings(BaseModel):
@@ -256,6 +258,8 @@ class CronSettings(_QueueSettings, _WebhookQueueSettings):
 
     @property
     def flow(self) -> FlowSettings:
+        from aijobs.flow import FlowSettings  # the cron dispatcher's own code
+
         return FlowSettings(
             ceiling=self.queue_max_concurrency or ESM_MAX_CONCURRENCY_MAX,
             narrow_percent=self.throttle_narrow_percent,
