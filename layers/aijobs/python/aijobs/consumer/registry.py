@@ -2,7 +2,7 @@
 
 Adding a queue: add the name to QUEUE_NAMES in .env.<stage> and a handler below; a test checks
 that every configured queue has one. Workflow kinds (a job split into child jobs, then merged)
-are defined in aijobs/workflows/registry.py (WORKFLOWS) and listed at the end with `workflow_step`.
+are registered in aijobs/workflows/registry.py (WORKFLOWS) and join this table at the end.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aijobs.consumer import handlers
 from aijobs.consumer.handlers import JobContext, KindHandler
+from aijobs.workflows.registry import WORKFLOWS, workflow
 
 if TYPE_CHECKING:
     from aijobs.providers.base import ProviderResult
@@ -24,10 +25,11 @@ def workflow_step(kind: str) -> KindHandler:
     """
 
     def handle(ctx: JobContext) -> ProviderResult | None:
-        from aijobs.workflows.registry import WORKFLOWS
         from aijobs.workflows.runner import run_step
 
-        return run_step(WORKFLOWS[kind], ctx)
+        definition = workflow(kind)
+        assert definition is not None, kind
+        return run_step(definition, ctx)
 
     handle.__name__ = f"workflow_{kind.replace('-', '_')}"
     return handle
@@ -40,8 +42,6 @@ QUEUE_HANDLERS: dict[str, KindHandler] = {
     "image-caption": handlers.caption_image,
     "tts-generate": handlers.synthesize_speech,
     "video-generate": handlers.generate_video,
-    # Each runs its parent steps; a test checks these are exactly the kinds of WORKFLOWS.
-    "report": workflow_step("report"),
-    "embedding-batch": workflow_step("embedding-batch"),
-    "image-batch": workflow_step("image-batch"),
+    # report, embedding-batch, image-batch: each runs its parent steps (split, wait, merge).
+    **{kind: workflow_step(kind) for kind in WORKFLOWS},
 }
