@@ -139,3 +139,24 @@ def test_a_workflow_kinds_consumer_loads_the_runner_on_its_first_job() -> None:
     before, error = json.loads(out)
     assert before is False
     assert error == "a workflow step needs the consumer's store, queues and clock"
+
+
+# Models built on first use (defer_build), by module: none is built by importing any handler.
+DEFERRED = {
+    "aijobs.settings": ("FunctionSettings", "ApiSettings", "ConsumerSettings", "DlqSettings", "CronSettings"),
+    "aijobs.api.schemas": ("JobRequest", "JobView", "ErrorBody"),
+    "aijobs.api.admin_schemas": ("AdminJobDetail", "BatchRerunRequest"),
+    "aijobs.providers.base": ("ProviderRequest", "ProviderResult"),
+}
+
+
+@pytest.mark.parametrize("handler", sorted(OWN))
+def test_importing_a_handler_builds_no_deferred_model(handler: str) -> None:
+    out = _fresh(
+        f"import json, {handler}.handler\n"
+        f"deferred = {DEFERRED!r}\n"
+        "built = [f'{module}.{name}' for module, names in deferred.items() if module in sys.modules\n"
+        "         for name in names if getattr(sys.modules[module], name).__pydantic_complete__]\n"
+        "print(json.dumps(built))"
+    )
+    assert json.loads(out) == []
