@@ -9,7 +9,8 @@ Prints figures and asserts nothing (machines here are shared and noisy; tests ne
 - Consumer wall time against a bare loop replaying exactly the AWS calls the consumer made, on
   the same moto backend (the consumer's own overhead: parsing, models, logging, metrics).
 - Handler import CPU and peak memory against `import boto3` alone, each in fresh interpreters
-  (median of --repeat runs).
+  (median of --repeat runs), and the floor every handler shares: boto3, powertools' logger and
+  metrics (aijobs.observability) and pydantic with the job models (aijobs.domain).
 
     .venv/bin/python scripts/benchmark.py [--jobs 40] [--repeat 5] [--only calls,consumer,imports]
 
@@ -57,6 +58,9 @@ def _prepare_process() -> None:
 
 
 HANDLERS = ("api", "queue_consumer", "dlq_consumer", "cron_dispatcher")
+# What every handler imports at the least: boto3, powertools' logger and metrics, pydantic with the
+# job and message models every function reads.
+IMPORT_FLOOR = "boto3, aijobs.observability, aijobs.domain"
 TEXT = "Queues decouple accepting work from doing it. A consumer does the slow part. Retries are classified."
 # The floor of each path in this design: to accept a job, the query of the credit grants it draws
 # from, one transaction and one send (a cold container first looks its API key up, and reads the
@@ -590,7 +594,7 @@ def _baseline_rss() -> float:
 
 def imports(repeat: int) -> dict[str, float]:
     empty = statistics.median(_baseline_rss() for _ in range(repeat))
-    samples: dict[str, list[tuple[float, float]]] = {"boto3": []}
+    samples: dict[str, list[tuple[float, float]]] = {"boto3": [], IMPORT_FLOOR: []}
     for name in HANDLERS:
         samples[f"{name}.handler"] = []
     for _ in range(repeat):  # interleaved, so a noisy moment hits every module alike
@@ -603,6 +607,8 @@ def imports(repeat: int) -> dict[str, float]:
         module = f"{name}.handler"
         figures[f"import CPU {name} vs import boto3"] = cpu[module] / cpu["boto3"]
         figures[f"import memory {name} vs import boto3"] = rss[module] / rss["boto3"]
+    figures["(floor every handler shares: import CPU vs import boto3)"] = cpu[IMPORT_FLOOR] / cpu["boto3"]
+    figures["(floor every handler shares: import memory vs import boto3)"] = rss[IMPORT_FLOOR] / rss["boto3"]
     figures["(import boto3: CPU ms)"] = cpu["boto3"] * 1000
     figures["(import boto3: memory MiB over an empty interpreter)"] = rss["boto3"] / 1024
     return figures

@@ -23,22 +23,35 @@ OWN = {
     "webhook_consumer": "aijobs.webhooks.delivery",
 }
 PROBE = """
-import importlib, json, sys
-sys.path[:0] = {paths!r}
+import importlib, json
 importlib.import_module({module!r})
 print(json.dumps(sorted(sys.modules)))
 """
+# Modules only some invocations of a function need: imported on first use, never at init.
+LAZY = {
+    # powertools' OpenAPI models: the /openapi.json document only. Workflow definitions: a
+    # workflow kind's submit only.
+    "api": ("aws_lambda_powertools.event_handler.openapi.models", "aijobs.workflows.base"),
+    # The workflow runner and definitions: the consumer of a workflow kind only.
+    "queue_consumer": ("aijobs.workflows.runner", "aijobs.workflows.base"),
+}
+# Never at any function's init: the stage config's parser (synth time), the local stack's provider.
+NEVER = ("aijobs.stage_config", "aijobs.providers.local")
+
+
+def _fresh(code: str) -> str:
+    """The output of `code` run in a fresh interpreter with Lambda's import path."""
+    paths = [str(ROOT / "functions"), str(ROOT / "layers/aijobs/python")]
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys\nsys.path[:0] = {paths!r}\n{code}"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "AWS_DEFAULT_REGION": "us-east-1"},
+    )  # fmt: skip
+    return result.stdout
 
 
 def _imported_by(handler: str) -> set[str]:
-    code = PROBE.format(
-        paths=[str(ROOT / "functions"), str(ROOT / "layers/aijobs/python")], module=f"{handler}.handler"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "AWS_DEFAULT_REGION": "us-east-1"},
-    )  # fmt: skip
-    return set(json.loads(result.stdout))
+    return set(json.loads(_fresh(PROBE.format(module=f"{handler}.handler"))))
 
 
 @pytest.mark.parametrize("handler", sorted(OWN))
@@ -84,3 +97,66 @@ def test_the_tracer_is_built_once_on_the_first_invocation_and_only_in_lambda(
     assert _CountingTracer.built == 0  # decorating builds nothing
     assert [handler({"n": 7}, None), handler({"n": 7}, None)] == [answer, answer]
     assert _CountingTracer.built == built
+
+
+@pytest.mark.parametrize("handler", sorted(OWN))
+def test_a_handler_leaves_what_only_some_invocations_need_to_their_first_use(handler: str) -> None:
+    modules = _imported_by(handler)
+    assert [m for m in (*LAZY.get(handler, ()), *NEVER) if m in modules] == []
+
+
+def test_the_openapi_document_loads_its_models_on_first_use() -> None:
+    out = _fresh(
+        "import json, api.handler\n"
+        "from aijobs.api.app import _openapi_document\n"
+        "before = 'aws_lambda_powertools.event_handler.openapi.models' in sys.modules\n"
+        "document = json.loads(_openapi_document(('summary',)))\n"
+        "print(json.dumps([before, document['components']['securitySchemes']]))"
+    )
+    before, schemes = json.loads(out)
+    assert before is False
+    assert schemes == {"apiKey": {"type": "http", "description": "Authorization: Bearer <api key>",
+                                  "scheme": "bearer"}}  # fmt: skip
+
+
+def test_a_workflow_kinds_consumer_loads_the_runner_on_its_first_job() -> None:
+    """Without a store the runner refuses the step: its own error proves the step reached it."""
+    out = _fresh(
+        "import json, queue_consumer.handler\n"
+        "from datetime import UTC, datetime\n"
+        "from aijobs.consumer.handlers import JobContext\n"
+        "from aijobs.consumer.registry import QUEUE_HANDLERS\n"
+        "from aijobs.domain import Job, JobStatus\n"
+        "before = 'aijobs.workflows.runner' in sys.modules\n"
+        "now = datetime.now(UTC)\n"
+        "job = Job(job_id='j', user_id='u', kind='report', status=JobStatus.RUNNING, provider='local',\n"
+        "          created_at=now, updated_at=now)\n"
+        "try:\n"
+        "    QUEUE_HANDLERS['report'](JobContext(job=job, provider=None, results=None))\n"
+        "except TypeError as error:\n"
+        "    print(json.dumps([before, str(error)]))"
+    )
+    before, error = json.loads(out)
+    assert before is False
+    assert error == "a workflow step needs the consumer's store, queues and clock"
+
+
+# Models built on first use (defer_build), by module: none is built by importing any handler.
+DEFERRED = {
+    "aijobs.settings": ("FunctionSettings", "ApiSettings", "ConsumerSettings", "DlqSettings", "CronSettings"),
+    "aijobs.api.schemas": ("JobRequest", "JobView", "ErrorBody"),
+    "aijobs.api.admin_schemas": ("AdminJobDetail", "BatchRerunRequest"),
+    "aijobs.providers.base": ("ProviderRequest", "ProviderResult"),
+}
+
+
+@pytest.mark.parametrize("handler", sorted(OWN))
+def test_importing_a_handler_builds_no_deferred_model(handler: str) -> None:
+    out = _fresh(
+        f"import json, {handler}.handler\n"
+        f"deferred = {DEFERRED!r}\n"
+        "built = [f'{module}.{name}' for module, names in deferred.items() if module in sys.modules\n"
+        "         for name in names if getattr(sys.modules[module], name).__pydantic_complete__]\n"
+        "print(json.dumps(built))"
+    )
+    assert json.loads(out) == []

@@ -24,3 +24,14 @@ def test_registry_covers_the_documented_kinds() -> None:
         "tts-generate",
         "video-generate",
     } <= set(QUEUE_HANDLERS)
+
+
+def test_each_registered_workflow_module_defines_its_kind_and_its_consumer_handler() -> None:
+    from aijobs.workflows.registry import WORKFLOWS, workflow
+
+    for kind in WORKFLOWS:
+        definition = workflow(kind)
+        assert definition is not None
+        assert definition.kind == kind
+        assert QUEUE_HANDLERS[kind].__name__ == f"workflow_{kind.replace('-', '_')}"
+    assert workflow("summary") is None

@@ -21,11 +21,11 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from aijobs.alerts import Alerts
+from aijobs.bindings import queue_name_of
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
 from aijobs.queues import JobQueues
-from aijobs.stage_config import queue_name_of
 from aijobs.store.dead_letter_records import DeadLetter
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso

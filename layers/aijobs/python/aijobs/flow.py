@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from aijobs.stage_config import ESM_MAX_CONCURRENCY_MAX, ESM_MAX_CONCURRENCY_MIN
+from aijobs.bindings import ESM_MAX_CONCURRENCY_MAX, ESM_MAX_CONCURRENCY_MIN
 
 NARROW, WIDEN, HOLD = "narrow", "widen", "hold"
 

@@ -50,7 +50,8 @@ _MAX_DIMENSION = 100
 class ImageTier(BaseModel):
     """The price of one image of `quality` with at most `max_pixels` (width x height)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # The price models build their validators when the table is first read (`defer_build`).
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     quality: str = Field(min_length=1)
     max_pixels: int = Field(gt=0)
@@ -71,7 +72,7 @@ class UnitPrice:
 class ModelPrice(BaseModel):
     """The list prices of one model of one provider (an entry of `model_prices.json`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
@@ -165,7 +166,7 @@ class ModelPrice(BaseModel):
 class ModelPriceTable(BaseModel):
     """Every priced model (the whole `model_prices.json`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     about: tuple[str, ...] = ()
     models: tuple[ModelPrice, ...]

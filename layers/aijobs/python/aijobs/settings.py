@@ -10,13 +10,11 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aijobs.flow import FlowSettings
-from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
-from aijobs.stage_config import (
+from aijobs.bindings import (
     DEAD_LETTER_QUEUES,
     ESM_MAX_CONCURRENCY_MAX,
     EVENT_SOURCE_MAPPINGS,
@@ -24,11 +22,17 @@ from aijobs.stage_config import (
     parse_prices,
     split_list,
 )
+from aijobs.provider_plan import KindPlan, kind_pairs, plans_from_setting
 from aijobs.store.keys import MAX_INDEX_BUCKETS, IndexBuckets
+
+if TYPE_CHECKING:
+    from aijobs.flow import FlowSettings
 
 
 class FunctionSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # Every settings model here builds its validator when it first reads the environment
+    # (`defer_build`): a function builds its own one, never the other functions' four.
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     stage: str = Field(validation_alias="STAGE", min_length=1)
     meta_table_name: str = Field(validation_alias="META_TABLE_NAME", min_length=1)
@@ -85,7 +89,7 @@ class _QueueSettings(FunctionSettings):
 class _WebhookQueueSettings(BaseModel):
     """Functions that finish jobs queue each finished job's webhook delivery (aijobs.webhooks)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     webhook_queue_url: str = Field(validation_alias="WEBHOOK_QUEUE_URL", min_length=1)
 
@@ -93,7 +97,7 @@ class _WebhookQueueSettings(BaseModel):
 class _ProviderSettings(BaseModel):
     """Which provider and models serve each kind (the synth-time plan, see aijobs.provider_plan)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     provider: str = Field(validation_alias="PROVIDER", min_length=1)
     kind_providers: str = Field(validation_alias="KIND_PROVIDERS", min_length=1)
@@ -118,7 +122,7 @@ class _ProviderSettings(BaseModel):
 class _SpendSettings(BaseModel):
     """The spend brake (aijobs.spend): SPEND_DAILY_CAP_USD empty means no brake at all."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
     spend_daily_cap_usd: str = Field(validation_alias="SPEND_DAILY_CAP_USD")
     spend_time_zone: str = Field(validation_alias="SPEND_TIME_ZONE", min_length=1)
@@ -254,6 +258,8 @@ class CronSettings(_QueueSettings, _WebhookQueueSettings):
 
     @property
     def flow(self) -> FlowSettings:
+        from aijobs.flow import FlowSettings  # the cron dispatcher's own code
+
         return FlowSettings(
             ceiling=self.queue_max_concurrency or ESM_MAX_CONCURRENCY_MAX,
             narrow_percent=self.throttle_narrow_percent,

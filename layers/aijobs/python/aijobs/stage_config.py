@@ -12,6 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+# What the functions read back from their environment lives in aijobs.bindings (their cold starts
+# skip this parser); the stage config's users keep importing it from here.
+from aijobs.bindings import DEAD_LETTER_QUEUES as DEAD_LETTER_QUEUES
+from aijobs.bindings import ESM_MAX_CONCURRENCY_MAX as ESM_MAX_CONCURRENCY_MAX
+from aijobs.bindings import ESM_MAX_CONCURRENCY_MIN as ESM_MAX_CONCURRENCY_MIN
+from aijobs.bindings import EVENT_SOURCE_MAPPINGS as EVENT_SOURCE_MAPPINGS
+from aijobs.bindings import ConfigError as ConfigError
+from aijobs.bindings import binding_name as binding_name
+from aijobs.bindings import parse_prices as parse_prices
+from aijobs.bindings import queue_name_of as queue_name_of
+from aijobs.bindings import split_list as split_list
 from aijobs.cron import CronError, CronExpression, parse_cron
 from aijobs.provider_plan import (
     CLASSIFY,
@@ -33,9 +44,6 @@ WEBHOOK_QUEUE = "webhooks"
 RESERVED_QUEUE_NAMES = (PARKING_QUEUE, CRON_DEAD_LETTER_QUEUE, WEBHOOK_QUEUE)
 # SQS caps a queue's visibility timeout at 12 hours.
 SQS_VISIBILITY_MAX_SECONDS = 12 * 60 * 60
-# Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
-ESM_MAX_CONCURRENCY_MIN = 2
-ESM_MAX_CONCURRENCY_MAX = 1000
 # Only the attempt budget on the job row dead-letters a job: the consumer hands a message to the
 # DLQ itself when the budget is spent, and re-sends a fresh copy instead of returning a record
 # that spent no attempt. SQS's redrive stays as the safety net for receives that never reach our
@@ -52,10 +60,6 @@ _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # A standard SNS topic (CloudWatch alarm actions cannot publish to FIFO topics).
 _TOPIC_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:sns:[a-z]{2}(?:-[a-z]+)+-[0-9]:[0-9]{12}:[A-Za-z0-9_-]{1,256}")
 _WHOLE_NUMBER = re.compile(r"-?[0-9]+")
-
-
-class ConfigError(ValueError):
-    """Invalid stage configuration; the message names the key and the bad entry."""
 
 
 @dataclass(frozen=True)
@@ -141,21 +145,6 @@ _SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
 KNOWN_KEYS = frozenset(INT_KEYS) | frozenset(LIST_KEYS) | frozenset(OPTIONAL_KEYS)
 
 
-def split_list(raw: str | None) -> tuple[str, ...]:
-    """Split a semicolon-separated value: entries trimmed, empties dropped, duplicates removed in order."""
-    seen: dict[str, None] = {}
-    for entry in (raw or "").split(";"):
-        entry = entry.strip()
-        if entry:
-            seen.setdefault(entry, None)
-    return tuple(seen)
-
-
-def binding_name(queue_name: str) -> str:
-    """`tts-generate` -> `Q_TTS_GENERATE`: the environment variable that holds the queue URL."""
-    return "Q_" + re.sub(r"[^A-Z0-9]", "_", queue_name.upper())
-
-
 def check_unique_bindings(queue_names: tuple[str, ...]) -> None:
     """Two queue names that map to one binding would silently share a queue URL: refuse them."""
     owners: dict[str, str] = {}
@@ -177,20 +166,6 @@ def queue_resource_name(stage: str, queue_name: str) -> str:
     return f"{resource_prefix(stage)}-{queue_name}"
 
 
-def queue_name_of(url_or_arn: str) -> str:
-    """The SQS queue name at the end of a queue URL (`.../name`) or ARN (`...:name`)."""
-    return url_or_arn.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-
-
-# The dead-letter consumer's map of its queues: `DEAD_LETTER_QUEUES=kind=queue-name;...`. Functions
-# never parse a kind out of a queue name: production queues have names CloudFormation generates
-# (so a retained queue never blocks its replacement), and the local stack's are readable.
-DEAD_LETTER_QUEUES = "DEAD_LETTER_QUEUES"
-
-
-# The cron's map of the consumers' event-source mappings: `EVENT_SOURCE_MAPPINGS=kind=mapping-id;...`
-# (UUIDs from the stack; the local stack's own ids). Empty with QUEUE_MAX_CONCURRENCY=1.
-EVENT_SOURCE_MAPPINGS = "EVENT_SOURCE_MAPPINGS"
 FLOW_KEYS = (
     "THROTTLE_NARROW_PERCENT",
     "THROTTLE_NARROW_MIN",
@@ -697,17 +672,6 @@ def _auth(values: Mapping[str, str | None]) -> tuple[str, str | None, str | None
     if mode == "jwt" and not (issuer and issuer.startswith("https://") and audience):
         raise ConfigError("AUTH_MODE=jwt needs JWT_ISSUER_URL (https://...) and JWT_AUDIENCE")
     return mode, issuer, audience
-
-
-def parse_prices(raw: str | None) -> dict[str, int]:
-    """`summary:1;video-generate:20` -> {"summary": 1, "video-generate": 20} (the KIND_PRICES format)."""
-    prices: dict[str, int] = {}
-    for entry in split_list(raw):
-        kind, sep, amount = (part.strip() for part in entry.partition(":"))
-        if not sep or not _WHOLE_NUMBER.fullmatch(amount) or int(amount) < 0:
-            raise ConfigError(f"KIND_PRICES: {entry!r} must be <kind>:<credits> with a whole number >= 0")
-        prices[kind] = int(amount)
-    return prices
 
 
 def _prices(raw: str | None, queue_names: tuple[str, ...]) -> tuple[tuple[str, int], ...]:

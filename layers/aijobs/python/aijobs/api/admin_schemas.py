@@ -6,8 +6,9 @@ import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
+from aijobs.api.schemas import ApiModel
 from aijobs.domain import JobStatus
 from aijobs.store.jobs import attempt_history
 
@@ -25,7 +26,7 @@ def _iso_text(value: Any) -> Any:
 IsoTime = Annotated[datetime, BeforeValidator(_iso_text)]
 
 
-class AttemptView(BaseModel):
+class AttemptView(ApiModel):
     """One end of an attempt (or a job finalized while it waited: no start, no duration)."""
 
     attempt: int
@@ -37,7 +38,7 @@ class AttemptView(BaseModel):
     message: str | None = None
 
 
-class AdminJob(BaseModel):
+class AdminJob(ApiModel):
     """A job as an operator sees it in a list (any tenant's)."""
 
     jobId: str
@@ -64,12 +65,12 @@ class AdminJobDetail(AdminJob):
     attemptLog: list[AttemptView]
 
 
-class AdminJobList(BaseModel):
+class AdminJobList(ApiModel):
     jobs: list[AdminJob]
     nextCursor: str | None = None
 
 
-class DeadLetterView(BaseModel):
+class DeadLetterView(ApiModel):
     kind: str
     jobId: str
     userId: str | None = None
@@ -81,17 +82,17 @@ class DeadLetterView(BaseModel):
     parentId: str | None = None
 
 
-class DeadLetterList(BaseModel):
+class DeadLetterList(ApiModel):
     deadLetters: list[DeadLetterView]
 
 
-class FailFinalRequest(BaseModel):
+class FailFinalRequest(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=300, description="why the job is given up (kept on the row)")
 
 
-class BatchRerunRequest(BaseModel):
+class BatchRerunRequest(ApiModel):
     """Re-run a kind's `failed_final` jobs after a fix; `dryRun` (the default) only counts them."""
 
     model_config = ConfigDict(extra="forbid")
@@ -104,20 +105,20 @@ class BatchRerunRequest(BaseModel):
     limit: int = Field(default=50, ge=1, le=200, description="at most this many jobs (oldest first)")
 
 
-class BatchRerunView(BaseModel):
+class BatchRerunView(ApiModel):
     matched: int
     dryRun: bool
     rerun: list[str]
     skipped: list[str]
 
 
-class HourCount(BaseModel):
+class HourCount(ApiModel):
     hour: datetime = Field(description="the hour's start (UTC)")
     succeeded: int
     failed: int
 
 
-class KindOverview(BaseModel):
+class KindOverview(ApiModel):
     """One kind at a glance: its queue, its consumer, its last hours."""
 
     kind: str
@@ -134,18 +135,18 @@ class KindOverview(BaseModel):
     deadLetters: int = Field(description="entries in its dead-letter list (up to 100 counted)")
 
 
-class Overview(BaseModel):
+class Overview(ApiModel):
     kinds: list[KindOverview]
     generatedAt: datetime
 
 
-class ConsumerState(BaseModel):
+class ConsumerState(ApiModel):
     kind: str
     paused: bool
     mappings: list[str]
 
 
-class SpendView(BaseModel):
+class SpendView(ApiModel):
     day: str
     timeZone: str
     usd: str = Field(description="the stage's model spend today, in USD (a decimal string)")

@@ -20,7 +20,6 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError as RouteNotFound
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
@@ -704,6 +703,10 @@ def _openapi_document(kinds: tuple[str, ...]) -> str:
 
     The stage's kinds are configuration, not code: `kind` becomes an enum of them here.
     """
+    # powertools' OpenAPI models (a hundred pydantic classes) load here, on the first request for
+    # the document: no other route needs them.
+    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
     document: dict[str, Any] = json.loads(
         app.get_openapi_json_schema(
             title="aijobs",

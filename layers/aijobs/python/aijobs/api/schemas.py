@@ -24,7 +24,14 @@ def require_utf8(value: Any) -> Any:
     return value
 
 
-class JobRequest(BaseModel):
+class ApiModel(BaseModel):
+    """Base of the API's request and response models (and the operator routes'). Each builds its
+    validator on first use (`defer_build`): a cold start builds none, a request those of its route."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class JobRequest(ApiModel):
     """`POST /jobs`: what to do. Exactly one of `input` (inline) or `inputRef` (an uploaded object)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -56,7 +63,7 @@ class JobRequest(BaseModel):
         return self
 
 
-class UploadRequest(BaseModel):
+class UploadRequest(ApiModel):
     """`POST /uploads`: what the client is about to upload (checked against the type's size cap)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -75,7 +82,7 @@ class UploadRequest(BaseModel):
     _utf8 = field_validator("contentType", "name")(require_utf8)
 
 
-class PresignedUpload(BaseModel):
+class PresignedUpload(ApiModel):
     """`POST /uploads`: where and how to upload, and the `inputRef` to submit afterwards."""
 
     inputRef: str = Field(description="the key to send as `inputRef` once the upload succeeded")
@@ -88,14 +95,14 @@ class PresignedUpload(BaseModel):
     expiresIn: int = Field(description="seconds the form stays valid")
 
 
-class Links(BaseModel):
+class Links(ApiModel):
     self: str
     children: str | None = Field(default=None, description="a workflow's children (`GET`)")
     parent: str | None = Field(default=None, description="a child's parent workflow job")
     cancel: str | None = Field(default=None, description="`POST` here to cancel the job")
 
 
-class Progress(BaseModel):
+class Progress(ApiModel):
     """A workflow job's children: `total` is known once its split ran (0 before)."""
 
     total: int
@@ -104,7 +111,7 @@ class Progress(BaseModel):
     pending: int
 
 
-class JobAccepted(BaseModel):
+class JobAccepted(ApiModel):
     jobId: str
     status: JobStatus
     kind: str
@@ -112,12 +119,12 @@ class JobAccepted(BaseModel):
     links: Links
 
 
-class ArtifactLink(BaseModel):
+class ArtifactLink(ApiModel):
     key: str
     url: str
 
 
-class CallbackView(BaseModel):
+class CallbackView(ApiModel):
     """The webhook delivery of a job's final outcome."""
 
     url: str
@@ -131,7 +138,7 @@ class CallbackView(BaseModel):
     updatedAt: datetime | None = None
 
 
-class JobView(BaseModel):
+class JobView(ApiModel):
     """`GET /jobs/{jobId}`: the job as its owner sees it."""
 
     jobId: str
@@ -158,12 +165,12 @@ class JobView(BaseModel):
     links: Links
 
 
-class JobList(BaseModel):
+class JobList(ApiModel):
     jobs: list[JobView]
     nextCursor: str | None = None
 
 
-class ClassifyRequest(BaseModel):
+class ClassifyRequest(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str = Field(
@@ -173,20 +180,20 @@ class ClassifyRequest(BaseModel):
     _utf8 = field_validator("text")(require_utf8)
 
 
-class ClassifyResponse(BaseModel):
+class ClassifyResponse(ApiModel):
     label: str
     score: float
     tags: list[str]
     model: str
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(ApiModel):
     code: str = Field(description="machine-readable reason")
     message: str = Field(description="for people")
     details: Any = None
 
 
-class GrantView(BaseModel):
+class GrantView(ApiModel):
     grantId: str
     amount: int
     remaining: int
@@ -194,7 +201,7 @@ class GrantView(BaseModel):
     expired: bool
 
 
-class TransactionView(BaseModel):
+class TransactionView(ApiModel):
     txId: str
     type: str = Field(description="grant, debit, refund or expire")
     amount: int
@@ -202,7 +209,7 @@ class TransactionView(BaseModel):
     createdAt: datetime
 
 
-class CreditsView(BaseModel):
+class CreditsView(ApiModel):
     """`GET /credits`: balance, grants and the most recent transactions."""
 
     balance: int
@@ -211,7 +218,7 @@ class CreditsView(BaseModel):
     prices: dict[str, int] = Field(description="credits per job of each kind")
 
 
-class WebhookSecretIssued(BaseModel):
+class WebhookSecretIssued(ApiModel):
     """`POST /webhooks/secret`: the new signing secret, shown this once and never again."""
 
     secret: str = Field(description="`whsec_...`: keep it where your receiver can read it")
@@ -221,7 +228,7 @@ class WebhookSecretIssued(BaseModel):
     )
 
 
-class WebhookSecretStatus(BaseModel):
+class WebhookSecretStatus(ApiModel):
     """`GET /webhooks/secret`: whether you have a signing secret, never the secret itself."""
 
     exists: bool

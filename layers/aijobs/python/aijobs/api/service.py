@@ -67,7 +67,7 @@ from aijobs.store.tenants import Directory, Principal
 from aijobs.webhooks.secrets import IssuedSecret, SecretStatus, WebhookSecrets
 from aijobs.webhooks.urls import CallbackUrlError, UrlPolicy, check_url
 from aijobs.workflows.fanin import after_final
-from aijobs.workflows.registry import WORKFLOWS
+from aijobs.workflows.registry import workflow as workflow_of
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
@@ -229,7 +229,7 @@ class JobService:
     def _priced(self, job: Job, request: JobRequest, input_size: int | None) -> Job:
         """The job's price; a workflow's is its own plus its child kind's per part it will make
         (known from an inline input, estimated from an upload's size and settled at the split)."""
-        workflow = WORKFLOWS.get(job.kind)
+        workflow = workflow_of(job.kind)
         if workflow is None:
             return job.model_copy(update={"price": self.prices.get(job.kind, 0)})
         try:

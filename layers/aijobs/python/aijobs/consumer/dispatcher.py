@@ -21,6 +21,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from pydantic import ValidationError
 
 from aijobs.alerts import Alerts
+from aijobs.bindings import queue_name_of
 from aijobs.consumer.control import ConsumerControl
 from aijobs.consumer.handlers import JobContext, KindHandler
 from aijobs.consumer.meter import ThrottleMeter
@@ -52,7 +53,6 @@ from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import JobQueues
 from aijobs.spend import HOLD_SECONDS, SpendBrake, Verdict
-from aijobs.stage_config import queue_name_of
 from aijobs.store.jobs import PHASE_MERGE, JobKey, JobStore
 from aijobs.store.keys import is_child_id
 from aijobs.store.results import ResultStore

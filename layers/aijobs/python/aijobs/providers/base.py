@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ProviderRequest(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    # The provider models build their validators on first use (`defer_build`): only the consumers
+    # and the API's classify route use them, and none at import.
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     job_id: str
     kind: str
@@ -41,7 +43,7 @@ class ProviderRequest(BaseModel):
 class Artifact(BaseModel):
     """A binary output the consumer stores under `results/<jobId>/<step>/<name>`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")
     content_type: str
@@ -49,7 +51,7 @@ class Artifact(BaseModel):
 
 
 class ProviderResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     status: Literal["succeeded", "running"]
     # Small JSON output (summary text, vector, caption, manifest); stored on the row when small.
@@ -66,7 +68,7 @@ class ProviderResult(BaseModel):
 
 
 class Classification(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     label: str
     score: float = Field(ge=0.0, le=1.0)

@@ -11,10 +11,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from aijobs.provider_plan import PROVIDERS, KindPlan
-from aijobs.providers.base import Provider
-from aijobs.providers.local import LocalProvider
 
 if TYPE_CHECKING:
+    from aijobs.providers.base import Provider
     from aijobs.settings import _ProviderSettings
 
 PROVIDER_NAMES = PROVIDERS
@@ -31,6 +30,9 @@ def get_provider(name: str) -> Provider:
         if name not in PROVIDER_NAMES:
             raise ValueError(f"unknown provider {name!r}; known providers: {', '.join(PROVIDER_NAMES)}")
         raise ValueError(f"provider {name!r} needs its settings: use build_provider()")
+    # Imported here like the other adapters: deployed stages never run the local one.
+    from aijobs.providers.local import LocalProvider
+
     return _cached(("local", ""), LocalProvider)
 
 

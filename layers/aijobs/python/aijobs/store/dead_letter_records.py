@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from boto3.dynamodb.conditions import Key
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from aijobs.store.keys import dead_letter_pk
 
@@ -21,6 +21,9 @@ __all__ = ["DeadLetter", "list_dead_letters"]
 
 class DeadLetter(BaseModel):
     """One entry of the operator-visible dead-letter list."""
+
+    # Built on first use (`defer_build`): the API imports it for its operator routes only.
+    model_config = ConfigDict(defer_build=True)
 
     kind: str
     job_id: str

@@ -17,7 +17,8 @@ EVENT_TYPES = {JobStatus.SUCCEEDED: "job.succeeded", JobStatus.FAILED_FINAL: "jo
 class CallbackMessage(BaseModel):
     """The whole delivery message: which job and which of its outcomes. Never a URL or a secret."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on first use (`defer_build`): only jobs with a callbackUrl send one.
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     jobId: str = Field(min_length=1, max_length=64)
     userId: str = Field(min_length=1, max_length=128)

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from aijobs.consumer.handlers import JobContext, KindHandler, input_value
+from aijobs.consumer.handlers import JobContext, input_value
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import InputTooLargeError, InvalidInputError, PaymentRequiredError
 from aijobs.observability import logger
@@ -31,14 +31,6 @@ from aijobs.workflows.fanin import try_merge
 SPLIT_SLICE = 5_000
 # A part larger than this (as JSON) is stored in S3 and the child gets an `inputRef` to it.
 INLINE_PART_BYTES = 8 * 1024
-
-
-def workflow_handler(workflow: Workflow) -> KindHandler:
-    def handle(ctx: JobContext) -> ProviderResult | None:
-        return run_step(workflow, ctx)
-
-    handle.__name__ = f"workflow_{workflow.kind.replace('-', '_')}"
-    return handle
 
 
 def run_step(workflow: Workflow, ctx: JobContext) -> ProviderResult | None:
