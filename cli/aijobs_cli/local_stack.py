@@ -73,8 +73,11 @@ STOP_GRACE_SECONDS = 0.5
 # poll at once rather than after botocore's back-offs.
 _POLLER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 1})
 # Containers of the API function at most (concurrent invocations), started as requests need them:
-# a long-polling `GET /jobs/{id}?wait=` holds one, so submits still find another free.
-API_CONCURRENCY = 4
+# a long-polling `GET /jobs/{id}?wait=` holds one, and submits still find another. More submit
+# faster than the consumers, which share the same cores here, can finish: in benchmark_local A/B
+# runs (8 clients, 2 loaded cores), 1 / 2 / 4 containers gave 8.2 / 8.4 / 7.5 jobs/s end to end
+# (submit p50 0.82 / 0.57 / 0.44 s): a growing backlog makes moto's SQS slower per request.
+API_CONCURRENCY = 2
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
