@@ -11,7 +11,12 @@ how it changes as the tables grow), and p50/p95 of submit-to-finish latency.
 `--clients N` threads submit concurrently, each its share of the jobs one after another.
 `--preload K` submits K jobs the same way and waits for them to finish before measuring, so the
 measured jobs meet tables that already hold K jobs. `--window W` prints the submit p50/p95 of
-each W submits, in the order they were sent.
+each W submits, in the order they were sent. `--api-concurrency`, `--long-poll` and
+`--consumer-concurrency` change the stack's settings for A/B runs.
+
+It also prints where the CPU went over the measured jobs (this process, which runs the functions
+and the benchmark's clients, and moto's process, from /proc on Linux), hence jobs/s per core, and
+the AWS requests per job by operation (counted in this process: every request moto serves).
 """
 
 from __future__ import annotations
@@ -21,17 +26,35 @@ import os
 import statistics
 import threading
 import time
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+from botocore.endpoint import Endpoint
+from botocore.model import OperationModel
 
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.local_stack import LocalStack
+from aijobs_cli.local_stack import API_CONCURRENCY, LONG_POLL_SECONDS, LocalStack
 from aijobs_cli.target import Target
 
 TEXT = "Queues decouple accepting work from doing it. A consumer does the slow part. Retries are classified."
 FINAL = ("succeeded", "failed_final")
+
+
+def cpu_seconds(pid: int | None = None) -> float | None:
+    """CPU time (user + system) of this process, or of another one from /proc (None off Linux)."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def percentile(ordered: list[float], share: float) -> float:
@@ -111,8 +134,53 @@ def wait_finished(
     return finished, pending
 
 
+class Requests:
+    """Every AWS request the stack's process sends (all of moto's traffic), by operation."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        original = Endpoint.make_request
+
+        def make_request(
+            endpoint: Endpoint, operation_model: OperationModel, request_dict: Mapping[str, Any]
+        ) -> Any:
+            with self._lock:
+                self.counts[operation_model.name] += 1
+            return original(endpoint, operation_model, request_dict)
+
+        Endpoint.make_request = make_request  # type: ignore[assignment,method-assign]
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+
+@dataclass
+class Cpu:
+    """CPU seconds spent by the stack's process (the benchmark's clients included) and moto's."""
+
+    stack: float
+    moto: float | None
+
+    @classmethod
+    def now(cls, stack: LocalStack) -> Cpu:
+        moto = [cpu_seconds(pid) for pid in stack.moto_pids]
+        return cls(cpu_seconds() or 0.0, None if None in moto else sum(m or 0.0 for m in moto))
+
+    def since(self, start: Cpu) -> Cpu:
+        moto = None if self.moto is None or start.moto is None else self.moto - start.moto
+        return Cpu(self.stack - start.stack, moto)
+
+
 def report(
-    label: str, batch: Batch, finished: list[dict[str, Any]], unfinished: list[str], window: int
+    label: str,
+    batch: Batch,
+    finished: list[dict[str, Any]],
+    unfinished: list[str],
+    window: int,
+    cpu: Cpu | None = None,
+    requests: Counter[str] | None = None,
 ) -> None:
     submits = [s.seconds * 1000 for s in batch.submits]
     ordered = sorted(submits)
@@ -149,6 +217,18 @@ def report(
         )
         p50, p95 = statistics.median(latencies), percentile(latencies, 0.95)
         print(f"submit -> finished   p50 {p50:.2f} s, p95 {p95:.2f} s")
+    if cpu is not None and jobs:
+        stack_ms = cpu.stack * 1000 / jobs
+        line = f"CPU per job          stack process {stack_ms:.0f} ms (the clients included)"
+        if cpu.moto is not None:
+            moto_ms = cpu.moto * 1000 / jobs
+            line += f", moto {moto_ms:.0f} ms: {1000 / (stack_ms + moto_ms):.1f} jobs/s per core"
+        print(line)
+    if requests and jobs:
+        print(f"AWS requests per job {requests.total() / jobs:.1f}")
+        top = [f"{name} {count / jobs:.2f}" for name, count in requests.most_common()]
+        for row in range(0, len(top), 4):
+            print("  " + ", ".join(top[row : row + 4]))
 
 
 def main() -> None:
@@ -161,6 +241,24 @@ def main() -> None:
     parser.add_argument(
         "--window", type=int, default=100, help="submit p50/p95 per this many submits (0: off)"
     )
+    parser.add_argument(
+        "--api-concurrency",
+        type=int,
+        default=API_CONCURRENCY,
+        help=f"containers of the API function at most (default {API_CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--long-poll",
+        type=int,
+        default=LONG_POLL_SECONDS,
+        help=f"seconds an idle poller's receive waits (default {LONG_POLL_SECONDS})",
+    )
+    parser.add_argument(
+        "--consumer-concurrency",
+        type=int,
+        default=0,
+        help="QUEUE_MAX_CONCURRENCY of the run (pollers per queue, at most 4; default: the stage's)",
+    )
     parser.add_argument("--kind", default="summary")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the measured jobs")
     args = parser.parse_args()
@@ -169,9 +267,23 @@ def main() -> None:
     logger.setLevel("WARNING")
 
     # Enough credits for every job of the run: the demo user's grant is the stack's default.
-    config = load_stage_config("local", {"BATCH_WINDOW_SECONDS": "0"})
-    print(f"local stack, {args.clients} client(s), {args.jobs} jobs measured, {args.preload} preloaded")
-    with LocalStack(config, port=0, log=lambda _line: None) as stack:
+    overrides = {"BATCH_WINDOW_SECONDS": "0"}
+    if args.consumer_concurrency:
+        overrides["QUEUE_MAX_CONCURRENCY"] = str(args.consumer_concurrency)
+    config = load_stage_config("local", overrides)
+    requests = Requests()
+    print(
+        f"local stack, {args.clients} client(s), {args.jobs} jobs measured, {args.preload} preloaded, "
+        f"{args.api_concurrency} API container(s) at most, idle pollers long-poll {args.long_poll} s"
+    )
+    stack = LocalStack(
+        config,
+        port=0,
+        log=lambda _line: None,
+        api_concurrency=args.api_concurrency,
+        long_poll_seconds=args.long_poll,
+    )
+    with stack:
         client = Target(stage="local", api_url=stack.api_url, api_key=stack.api_key)
         if args.preload:
             preload = submit_all(client, args.preload, args.clients, args.kind)
@@ -185,11 +297,13 @@ def main() -> None:
                 unfinished,
                 args.window,
             )
+        cpu, sent = Cpu.now(stack), requests.snapshot()
         batch = submit_all(client, args.jobs, args.clients, args.kind)
         finished, unfinished = wait_finished(
             client, [s.job_id for s in batch.submits], batch.started + args.timeout
         )
-        report("measured", batch, finished, unfinished, args.window)
+        cpu, sent = Cpu.now(stack).since(cpu), requests.snapshot() - sent
+        report("measured", batch, finished, unfinished, args.window, cpu, sent)
 
 
 if __name__ == "__main__":

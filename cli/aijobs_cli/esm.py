@@ -148,6 +148,17 @@ class QueueMapping:
         if not self.enabled:
             return BatchOutcome(received=0, failed_ids=[])
         messages = self.receive_batch()
+        if messages and not self.enabled:
+            # Disabled during a long poll: no invocation after the pause; the messages are visible
+            # again at once (their receive counts, like any receive, went up).
+            self.sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages)
+                ],
+            )
+            return BatchOutcome(received=0, failed_ids=[])
         if not messages:
             return BatchOutcome(received=0, failed_ids=[])
         event = {"Records": [sqs_record(message, self.queue_arn) for message in messages]}

@@ -4,7 +4,7 @@
   the stage's resources are created from the same stage configuration and key schema as the CDK
   stack (aijobs_cli.resources);
 - the HTTP API listens on localhost and hands the real producer handler API Gateway HTTP API v2
-  events;
+  events, up to API_CONCURRENCY at once, each in a container of its own (aijobs_cli.api_containers);
 - per queue, pollers behave like the Lambda SQS event-source mapping (aijobs_cli.esm): batch size,
   batching window, concurrency, partial batch responses, visibility timeouts, maxReceiveCount;
 - a DLQ poller runs the dead-letter consumer; a scheduler fires the cron dispatcher on the minute
@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,10 +29,11 @@ from email.message import Message
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import boto3
+from botocore.config import Config
 
 from aijobs import runtime
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME, dispatch
@@ -40,9 +42,13 @@ from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings, Webhook
 from aijobs.stage_config import StageConfig, event_source_mappings_env
 from aijobs.store.retention import write_retention
 from aijobs.store.tenants import Directory
+from aijobs_cli.api_containers import ApiContainer, ApiContainers
 from aijobs_cli.esm import LambdaContext, QueueMapping
 from aijobs_cli.moto_server import MotoProcess
 from aijobs_cli.resources import StageResources, provision
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 LOCAL_REGION = "us-east-1"
 DEMO_USER = "demo"
@@ -56,6 +62,22 @@ MAX_BODY_BYTES = 10 * 1024 * 1024
 READ_TIMEOUT_SECONDS = 5.0
 # How long the DLQ consumer waits after a sweep of the DLQs that found nothing.
 DLQ_IDLE_SECONDS = 2.0
+# How long an idle poller's receive waits for a first message (the service's pollers wait 20 s).
+# moto answers as soon as one arrives; each idle poller costs moto a request per this many seconds
+# (at 1 s, the twenty idle pollers were about two of the eleven requests per job under load).
+LONG_POLL_SECONDS = 10
+# How long stop() lets the functions finish what they are doing before it stops moto (which ends
+# the idle pollers' long polls).
+STOP_GRACE_SECONDS = 0.5
+# The pollers' own SQS clients do not retry: the poll loop does, and a stopped moto must end a long
+# poll at once rather than after botocore's back-offs.
+_POLLER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 1})
+# Containers of the API function at most (concurrent invocations), started as requests need them:
+# a long-polling `GET /jobs/{id}?wait=` holds one, and submits still find another. More submit
+# faster than the consumers, which share the same cores here, can finish: in benchmark_local A/B
+# runs (8 clients, 2 loaded cores), 1 / 2 / 4 containers gave 8.2 / 8.4 / 7.5 jobs/s end to end
+# (submit p50 0.82 / 0.57 / 0.44 s): a growing backlog makes moto's SQS slower per request.
+API_CONCURRENCY = 2
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
@@ -345,12 +367,11 @@ class LocalStack:
     _threads: list[threading.Thread] = field(default_factory=list)
     _moto: MotoProcess | None = None
     _http: ThreadingHTTPServer | None = None
-    _api_handler: Callable[[dict[str, Any], Any], Any] | None = None
-    # Requests are read in parallel, but the API function runs one invocation at a time: its
-    # powertools resolver keeps the current event on a module-level `app`, exactly like one warm
-    # Lambda container, and its cached boto3 resources are not thread-safe either. Running the
-    # module twice in parallel would answer one request with the other's event.
-    _invoke_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Concurrent invocations of the API function: each container runs one at a time, and a request
+    # that finds every container busy starts another, up to this many (aijobs_cli.api_containers).
+    api_concurrency: int = API_CONCURRENCY
+    long_poll_seconds: int = LONG_POLL_SECONDS
+    _api: ApiContainers | None = None
     _operators: Directory | None = None
     _operators_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -386,11 +407,15 @@ class LocalStack:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+        # The functions finish their invocations; idle pollers wait in a long poll until moto goes.
+        grace = time.monotonic() + STOP_GRACE_SECONDS
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=max(0.0, grace - time.monotonic()))
         if self._moto is not None:
             self._moto.stop()
             self._moto = None
+        for thread in self._threads:
+            thread.join(timeout=10)
         runtime.reset_runtime()
 
     def __enter__(self) -> LocalStack:
@@ -398,6 +423,12 @@ class LocalStack:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+    @property
+    def moto_pids(self) -> list[int]:
+        """The process ids of moto's servers (for measurements)."""
+        pid = None if self._moto is None else self._moto.pid
+        return [] if pid is None else [pid]
 
     def info(self) -> dict[str, Any]:
         assert self.resources is not None
@@ -454,10 +485,14 @@ class LocalStack:
 
         if str(FUNCTIONS_DIR) not in sys.path:
             sys.path.insert(0, str(FUNCTIONS_DIR))
-        from api import handler as api_handler  # the producer function, as Lambda imports it
 
-        self._api_handler = api_handler.handler
-        runtime.admin_service().control = self.control  # the console's pause/resume: the emulated mappings
+        def started(container: ApiContainer) -> None:
+            # The console's pause/resume: the emulated mappings.
+            container.runtime.admin_service().control = self.control
+
+        # The producer function, loaded per container as Lambda loads it (the first one now).
+        self._api = ApiContainers(self.api_concurrency, on_start=started)
+        self._api.prewarm()
         handler = type("ApiRequestHandler", (_ApiRequestHandler,), {"stack": self})
         self._http = _ApiServer(("127.0.0.1", self.port), handler)
         self.api_url = f"http://127.0.0.1:{self._http.server_address[1]}"
@@ -468,15 +503,14 @@ class LocalStack:
         path = urlsplit(raw_path).path
         if path.startswith(ADMIN_PREFIX) or path == ADMIN_PREFIX.rstrip("/"):
             return self._admin(method, path, headers)
-        assert self._api_handler is not None
+        assert self._api is not None
         event = api_event(method, raw_path, headers, body)
         context = LambdaContext(f"aijobs-{self.config.stage}-api", timeout_seconds=15)
-        with self._invoke_lock:
-            try:
-                response = self._api_handler(event, context)
-            except Exception as error:  # API Gateway answers a failed invocation with a 500
-                self.log(f"the API function failed: {type(error).__name__}: {error}")
-                return error_reply(500, "internal_error", "Internal Server Error")
+        try:
+            response = self._api.invoke(event, context)
+        except Exception as error:  # API Gateway answers a failed invocation with a 500
+            self.log(f"the API function failed: {type(error).__name__}: {error}")
+            return error_reply(500, "internal_error", "Internal Server Error")
         return gateway_reply(response)
 
     def _operator_check(self, headers: Mapping[str, str]) -> Reply | None:
@@ -550,14 +584,14 @@ class LocalStack:
         consumer = runtime.build_consumer(ConsumerSettings.from_env(self.resources.consumer_env(kind)))
         consumer.control = self.control  # type: ignore[assignment]
         mapping = QueueMapping(
-            sqs=boto3.session.Session().client("sqs"),  # one session per thread
+            sqs=self._poller_sqs(),
             queue_url=self.resources.queue_urls[kind],
             queue_arn=self.resources.queue_arns[kind],
             handler=consumer.handle,
             function_name=f"aijobs-{self.config.stage}-consumer-{kind}",
             batch_size=self.config.batch_size,
             batch_window_seconds=self.config.batch_window_seconds,
-            long_poll_seconds=1,
+            long_poll_seconds=self.long_poll_seconds,
         )
         self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
         self._poll(mapping)
@@ -567,12 +601,12 @@ class LocalStack:
         assert self.resources is not None
         consumer = runtime.build_webhook_consumer(WebhookSettings.from_env(self.resources.webhook_env()))
         mapping = QueueMapping(
-            sqs=boto3.session.Session().client("sqs"),  # one session per thread
+            sqs=self._poller_sqs(),
             queue_url=self.resources.webhook_queue_url,
             queue_arn=self.resources.webhook_queue_arn,
             handler=consumer.handle,
             function_name=f"aijobs-{self.config.stage}-webhook-consumer",
-            long_poll_seconds=1,
+            long_poll_seconds=self.long_poll_seconds,
         )
         self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
         self._poll(mapping)
@@ -582,7 +616,7 @@ class LocalStack:
         consumer = runtime.build_dead_letter_consumer(DlqSettings.from_env(self.resources.dlq_env()))
         mappings = [
             QueueMapping(
-                sqs=boto3.session.Session().client("sqs"),  # one session per thread
+                sqs=self._poller_sqs(),
                 queue_url=self.resources.dlq_urls[kind],
                 queue_arn=self.resources.dlq_arns[kind],
                 handler=consumer.handle,
@@ -598,6 +632,10 @@ class LocalStack:
                 # the DLQs alone were about a third of moto's requests under load).
                 self._stop.wait(DLQ_IDLE_SECONDS)
 
+    @staticmethod
+    def _poller_sqs() -> SQSClient:
+        return boto3.session.Session().client("sqs", config=_POLLER_CONFIG)  # one session per thread
+
     def _poll(self, mapping: QueueMapping) -> None:
         while not self._stop.is_set():
             if not mapping.enabled or not self.control.active(mapping):
@@ -610,10 +648,11 @@ class LocalStack:
         try:
             outcome = mapping.poll_once()
         except Exception as error:  # keep polling, like the service would
-            self.log(f"poller {mapping.function_name}: {type(error).__name__}: {error}")
+            if not self._stop.is_set():  # stopping: moto is gone, the poll ends here
+                self.log(f"poller {mapping.function_name}: {type(error).__name__}: {error}")
             self._stop.wait(1)
             return 0
-        if outcome.error is not None:
+        if outcome.error is not None and not self._stop.is_set():
             self.log(
                 f"{mapping.function_name} failed a batch: {type(outcome.error).__name__}: {outcome.error}"
             )

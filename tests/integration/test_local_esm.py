@@ -82,3 +82,23 @@ def test_an_empty_response_deletes_the_whole_batch(mapping: QueueMapping) -> Non
     outcome = mapping.poll_once()
     assert (outcome.received, outcome.failed_ids, outcome.error) == (3, [], None)
     assert _left_in_queue(mapping) == []
+
+
+def test_a_mapping_disabled_during_its_long_poll_invokes_nothing(mapping: QueueMapping) -> None:
+    """Paused while its receive waits: what that receive brings back is not handled but left visible."""
+    invoked: list[dict[str, Any]] = []
+    mapping.handler = lambda event, _context: invoked.append(event)
+    receive = mapping.sqs.receive_message
+
+    def receive_then_pause(**kwargs: Any) -> Any:
+        answer = receive(**kwargs)
+        mapping.enabled = False  # the console's pause arrives while the poll is out
+        return answer
+
+    mapping.sqs.receive_message = receive_then_pause  # type: ignore[method-assign]
+    try:
+        outcome = mapping.poll_once()
+    finally:
+        mapping.sqs.receive_message = receive  # type: ignore[method-assign]
+    assert (outcome.received, invoked) == (0, [])
+    assert _left_in_queue(mapping) == ["body-0", "body-1", "body-2"]

@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
+import boto3
 import pytest
 
 from aijobs_cli.moto_server import MotoProcess
@@ -80,3 +82,47 @@ def test_ctrl_c_reaches_the_stack_not_moto() -> None:
     finally:
         moto.stop()
     assert _gone(moto.pid)
+
+
+def test_moto_serves_each_dynamodb_update_whole_to_concurrent_reads() -> None:
+    """An UpdateItem that sets many attributes is never seen half done by a GetItem meanwhile
+    (moto applies an update's actions one by one; DynamoDB's items change atomically)."""
+    names = [f"a{i}" for i in range(40)]
+    with MotoProcess() as moto:
+        session = boto3.session.Session(
+            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+        )
+        ddb = session.client("dynamodb", endpoint_url=moto.endpoint_url)
+        ddb.create_table(
+            TableName="t",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        key = {"pk": {"S": "job"}}
+        ddb.put_item(TableName="t", Item=key)
+        done = threading.Event()
+        seen: set[int] = set()
+
+        def read() -> None:
+            reader = session.client("dynamodb", endpoint_url=moto.endpoint_url)
+            while not done.is_set():
+                seen.add(len(reader.get_item(TableName="t", Key=key)["Item"]))
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for thread in readers:
+            thread.start()
+        try:
+            for n in range(40):  # set all of them, then remove all of them
+                ddb.update_item(
+                    TableName="t",
+                    Key=key,
+                    UpdateExpression="SET " + ", ".join(f"{name} = :n" for name in names),
+                    ExpressionAttributeValues={":n": {"N": str(n)}},
+                )
+                ddb.update_item(TableName="t", Key=key, UpdateExpression="REMOVE " + ", ".join(names))
+        finally:
+            done.set()
+            for thread in readers:
+                thread.join(timeout=30)
+        assert seen <= {1, 1 + len(names)}  # the key alone, or the key and every attribute

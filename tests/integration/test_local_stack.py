@@ -292,6 +292,23 @@ def test_concurrent_clients_are_all_answered(client: Target) -> None:
     assert len({body["jobId"] for _status, body in answers}) == clients * each
 
 
+def test_a_long_polling_request_holds_one_api_container_while_another_answers(client: Target) -> None:
+    """Concurrent invocations, as Lambda scales: a submit is answered while a `?wait=` poll waits."""
+    slow = _submit(client, "summary", "#sleep:4 " + TEXT)  # the provider takes 4 s over it
+    waited: list[Any] = []
+    poller = threading.Thread(
+        target=lambda: waited.append(client.request("GET", f"/jobs/{slow}?wait=12").body)
+    )
+    poller.start()
+    time.sleep(0.5)  # let the long poll reach its container
+    try:
+        _submit(client, "summary", TEXT)
+        assert poller.is_alive()  # one container at a time would have answered the poll first
+    finally:
+        poller.join(timeout=30)
+    assert waited[0]["status"] == "succeeded"
+
+
 def test_any_method_reaches_the_api_which_answers_405_with_allow(stack: LocalStack) -> None:
     import urllib.error
     import urllib.request
