@@ -363,7 +363,7 @@ class LocalSoakTarget:
         from aijobs_cli.local_stack import LocalStack
 
         self.config = load_stage_config("local", overrides)
-        self.label = "local stack (in-process, stage local)"
+        self.label = "local stack (functions in-process, moto in its own process; stage local)"
         self.kinds = tuple(kind for kind in SOAK_KINDS if kind in self.config.queue_names)
         self.prices = self.config.prices
         self.max_attempts = self.config.max_retries + 1
