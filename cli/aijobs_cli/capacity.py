@@ -580,12 +580,14 @@ def model(
 
     # The index partitions every tenant shares, each status its own, from the trace; each write is
     # the entry's size in KB as the profile measured it.
-    for (where, at), writes in sorted(per_job_writes(trace, steps).items()):
+    traced = per_job_writes(trace, steps)
+    entry_units = {where: index_units_per_write(profile, where) for where, _ in traced if where != "table"}
+    for (where, at), writes in sorted(traced.items()):
         head = at.split("#", 1)[0]
         if where == "table" or head not in SHARDED_INDEX_HEADS:
             continue
         share = per_kind if head == "KIND" else 1.0
-        units = writes * (index_units_per_write(profile, where) if head == "KIND" else 1.0)
+        units = writes * (entry_units[where] if head == "KIND" else 1.0)
         buckets = i.index_buckets
         add(
             Limit(
@@ -709,13 +711,13 @@ def _maintenance_limits(i: CapacityInputs, rates: Mapping[str, float], trace: Pa
 
     expressions = [e for e, handler in SCHEDULED_HANDLERS.items() if handler is run_maintenance]
     runs_per_second = sum(i.cron_runs.get(expression, 0.0) for expression in expressions) / 3600
+    if not runs_per_second:
+        return []
     where = f"per shard table (1 of {i.shard_count})" if i.shard_count > 1 else "per shard table"
     action = (
         "the maintenance run's limits per shard and run (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT): "
         "more shard tables (SHARD_COUNT); set retention so transactions expire by TTL (README Scale)"
     )
-    if not runs_per_second:
-        return []
     # The jobs' transactions follow the job rate; the grants' (written when granted, and when one
     # expires with credit left) follow the tenants: a fixed load, whatever the job rate.
     per_job = step_rates(rates, grants_per_job=0.0, trace=trace)["archive"]
