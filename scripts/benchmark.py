@@ -63,13 +63,13 @@ HANDLERS = ("api", "queue_consumer", "dlq_consumer", "cron_dispatcher")
 IMPORT_FLOOR = "boto3, aijobs.observability, aijobs.domain"
 TEXT = "Queues decouple accepting work from doing it. A consumer does the slow part. Retries are classified."
 # The floor of each path in this design: to accept a job, the query of the credit grants it draws
-# from, one transaction and one send (a cold container first looks its API key up, and reads the
-# stage's retention for the debit's TTL, once per container and 5 minutes); to run one, a claim,
-# its result and its finish.
+# from, one transaction and one send (a cold container first looks its API key up, the stage's
+# retention for the debit's TTL in the same BatchGetItem, once per container and 5 minutes); to run
+# one, a claim, its result and its finish.
 FLOORS = {
     "producer POST /jobs, warm": 3,
     "producer POST /jobs, Idempotency-Key": 3,
-    "producer POST /jobs, cold container": 5,
+    "producer POST /jobs, cold container": 4,
     "consumer per job, batch of 5": 3,
     "consumer per job, batch of 1": 3,
 }
@@ -261,7 +261,7 @@ def cron_calls() -> dict[str, float]:
 PROFILE_PATHS = {
     "producer.submit": "POST /jobs on a warm container: credit grants queried, one transaction, one send",
     "producer.submit_idempotent": "POST /jobs with a new Idempotency-Key, warm container",
-    "producer.submit_cold": "POST /jobs on a fresh container (its API key looked up first)",
+    "producer.submit_cold": "POST /jobs on a fresh container (its API key and the retention looked up first)",
     "producer.poll": "GET /jobs/{id} on a warm container",
     "consumer.success": "one delivery whose attempt succeeds (warm container; per message of a batch)",
     "consumer.retry": "one delivery whose attempt fails retryably (a 503): row updated, back-off set",

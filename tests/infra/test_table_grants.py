@@ -35,6 +35,8 @@ from tests.integration.harness import Clock, Stage, load_event
 from tests.integration.test_producer_calls import recorded_producer
 
 READ = {"dynamodb:GetItem", "dynamodb:Query"}
+# The tenant directory's first lookup in a container also reads the retention (one BatchGetItem).
+META_READ = READ | {"dynamodb:BatchGetItem"}
 WRITE = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
 
 # function (template handler) -> table -> granted DynamoDB actions.
@@ -44,19 +46,22 @@ EXPECTED = {
     # In the meta table it writes only tenants' webhook secrets (`WEBHOOK#*`, checked below).
     "api.handler.handler": {
         "shard": READ | WRITE | {"dynamodb:DeleteItem"},
-        "meta": READ | {"dynamodb:PutItem"},
+        "meta": META_READ | {"dynamodb:PutItem"},
     },
     # The cron deletes finished jobs and old credit transactions past retention; in the meta table
     # it writes only its run records (a leading-key condition, checked below).
     "cron_dispatcher.handler.handler": {
         "shard": READ | WRITE | {"dynamodb:DeleteItem"},
-        "meta": READ | {"dynamodb:PutItem", "dynamodb:UpdateItem"},
+        "meta": META_READ | {"dynamodb:PutItem", "dynamodb:UpdateItem"},
     },
     # Consumers add to their kind's throttle counters (`FLOW#*` only, checked below).
-    "queue_consumer.handler.handler": {"shard": READ | WRITE, "meta": READ | {"dynamodb:UpdateItem"}},
-    "dlq_consumer.handler.handler": {"shard": READ | WRITE, "meta": READ | {"dynamodb:PutItem"}},
+    "queue_consumer.handler.handler": {"shard": READ | WRITE, "meta": META_READ | {"dynamodb:UpdateItem"}},
+    "dlq_consumer.handler.handler": {"shard": READ | WRITE, "meta": META_READ | {"dynamodb:PutItem"}},
     # Reads a job row and updates its webhook delivery state; reads tenants and their secrets.
-    "webhook_consumer.handler.handler": {"shard": {"dynamodb:GetItem", "dynamodb:UpdateItem"}, "meta": READ},
+    "webhook_consumer.handler.handler": {
+        "shard": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+        "meta": META_READ,
+    },
 }
 
 
@@ -113,7 +118,10 @@ def test_each_function_is_granted_exactly_its_table_actions(dev: Synth, handler:
 
 def test_with_jwt_auth_the_producer_may_also_register_a_tenant(capped: Synth) -> None:
     (producer,) = _function_ids(capped, "api.handler.handler")
-    assert _granted_by_table(capped, producer)["meta"] == READ | {"dynamodb:PutItem", "dynamodb:UpdateItem"}
+    assert _granted_by_table(capped, producer)["meta"] == META_READ | {
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+    }
 
 
 def test_no_function_may_scan_a_table(dev: Synth) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import boto3
 import pytest
 
 from aijobs.domain import JobStatus
 from aijobs.store.keys import iso
+from aijobs.store.retention import write_retention
 from aijobs_cli.esm import LambdaContext, sqs_record
 from tests.aws_calls import recording_calls
 from tests.integration.harness import Stage
@@ -20,16 +22,19 @@ pytestmark = pytest.mark.integration
 TEXT = "A sentence to summarise. Another one follows it here."
 
 
-def _deliver(stage: Stage, kind: str = "summary") -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def _deliver(
+    stage: Stage, kind: str = "summary", *, cold: bool = False
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Receive the kind's messages and hand them to its consumer as one batch; (response, the
-    consumer's AWS calls)."""
+    consumer's AWS calls). `cold`: a container that knows nothing yet."""
     url, arn = stage.resources.queue_urls[kind], stage.resources.queue_arns[kind]
     sqs = stage.sqs
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
     with recording_calls() as log:
         consumer = stage.consumer(kind)  # built inside, so its clients are recorded
-        consumer.directory.shard_for("alice")  # a warm container knows the user's shard
-        consumer.directory.retention()  # and the retention (read once per container and 5 minutes)
+        if not cold:
+            consumer.directory.shard_for("alice")  # a warm container knows the user's shard
+            consumer.directory.retention()  # and the retention (read once per container and 5 minutes)
         log.clear()
         response = consumer.handle({"Records": [sqs_record(m, arn) for m in messages]}, LambdaContext("fn"))
     return response, log.calls
@@ -52,6 +57,29 @@ def test_a_successful_job_takes_a_claim_a_result_and_a_finish_and_no_read(stage:
     assert calls == [("dynamodb", "UpdateItem"), ("s3", "PutObject"), ("dynamodb", "UpdateItem")]
     row = stage.job(job)
     assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
+
+
+def test_a_cold_container_reads_the_tenant_and_the_retention_in_one_request(stage: Stage) -> None:
+    write_retention(
+        boto3.resource("dynamodb").Table(stage.resources.meta_table),
+        credit_tx_retention_days=30,
+        ai_task_retention_days=7,
+    )
+    job = stage.submit("alice", "summary", TEXT)
+    response, calls = _deliver(stage, cold=True)
+    assert response == {"batchItemFailures": []}
+    assert calls == [
+        ("dynamodb", "BatchGetItem"),
+        ("dynamodb", "UpdateItem"),
+        ("s3", "PutObject"),
+        ("dynamodb", "UpdateItem"),
+    ]
+    row = stage.job(job)
+    assert row.status is JobStatus.SUCCEEDED
+    assert row.finished_at is not None
+    assert stage.store_for("alice")._table.get_item(Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"})[
+        "Item"
+    ]["ttl"] == int((row.finished_at + timedelta(days=7)).timestamp())
 
 
 def test_a_duplicate_of_a_job_under_a_live_lease_is_acknowledged_without_a_read(stage: Stage) -> None:

@@ -9,11 +9,14 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import boto3
 import pytest
+from boto3.dynamodb.conditions import Key
 
 from aijobs import runtime
 from aijobs.store import tenants
-from aijobs.store.keys import API_KEY_SK, PK, SK, api_key_pk
+from aijobs.store.keys import API_KEY_SK, PK, SK, TTL_ATTRIBUTE, api_key_pk, user_pk
+from aijobs.store.retention import write_retention
 from tests.aws_calls import CallLog, recording_calls
 from tests.integration.harness import Stage
 from tests.integration.test_api import Api
@@ -46,25 +49,43 @@ def recorded(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Ap
         yield producer
 
 
+def _meta(stage: Stage) -> Any:
+    return boto3.resource("dynamodb").Table(stage.resources.meta_table)
+
+
+def _transactions(stage: Stage, user_id: str) -> list[dict[str, Any]]:
+    table = stage.directory.shard_for(user_id)
+    assert table is not None
+    condition = Key(PK).eq(user_pk(user_id)) & Key(SK).begins_with("TX#")
+    items: list[dict[str, Any]] = table.query(KeyConditionExpression=condition)["Items"]
+    return items
+
+
 def _post(api: Api, headers: dict[str, str] | None = None, user: str = "alice") -> tuple[int, Any]:
     status, _, body = api.call("api-post-jobs.json", body=BODY, headers=headers or {}, user=user)
     return status, body
 
 
 def test_a_cold_container_looks_the_key_up_once_and_needs_no_shard_lookup(
-    recorded: tuple[Api, CallLog],
+    recorded: tuple[Api, CallLog], stage: Stage
 ) -> None:
     api, log = recorded
+    write_retention(_meta(stage), credit_tx_retention_days=30, ai_task_retention_days=7)
+    log.clear()
     assert _post(api)[0] == 202
-    # The key (its item names the user's shard), the grants to draw credits from, the stage's
-    # retention (the debit's TTL; once per container and 5 minutes), the write, the send.
+    # The key (its item names the user's shard) with the stage's retention in the same request (the
+    # debit's TTL; once per container and 5 minutes), the grants to draw credits from, the write,
+    # the send.
     assert log.calls == [
-        ("dynamodb", "GetItem"),
+        ("dynamodb", "BatchGetItem"),
         ("dynamodb", "Query"),
-        ("dynamodb", "GetItem"),
         ("dynamodb", "TransactWriteItems"),
         ("sqs", "SendMessage"),
     ]
+    # The retention that came with the key is the one the debit was stamped with.
+    (debit,) = [tx for tx in _transactions(stage, "alice") if tx["type"] == "debit"]
+    assert debit.get("folded") is True
+    assert int(debit[TTL_ATTRIBUTE]) == int((stage.clock() + timedelta(days=30)).timestamp())
 
 
 @pytest.mark.parametrize("with_key", [False, True])

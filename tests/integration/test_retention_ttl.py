@@ -15,6 +15,8 @@ from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, job_sk, user_pk
 from aijobs.store.retention import RETENTION_CACHE_SECONDS, RetentionReader, write_retention
+from aijobs.store.tenants import API_KEY_CACHE_SECONDS, Directory, Principal
+from tests.aws_calls import recording_calls
 from tests.integration.harness import Stage
 
 pytestmark = pytest.mark.integration
@@ -93,3 +95,55 @@ def test_a_container_reads_retention_once_per_cache_period(stage: Stage) -> None
     assert len(reads) == 2
     now[0] += RETENTION_CACHE_SECONDS
     assert retention() == timedelta(days=9)
+
+
+def _fresh_directory(stage: Stage, now: list[float]) -> Directory:
+    """A new container's directory, its caches on the test's monotonic clock."""
+    directory = Directory(_meta(stage), stage.directory.shard_tables, buckets=stage.directory.buckets)
+    directory._monotonic = lambda: now[0]
+    directory.retention = RetentionReader(directory.meta, monotonic=lambda: now[0])
+    return directory
+
+
+def test_a_containers_first_tenant_lookup_brings_the_retention_in_the_same_request(stage: Stage) -> None:
+    write_retention(_meta(stage), credit_tx_retention_days=30, ai_task_retention_days=5)
+    key = stage.directory.create_api_key("alice")
+    stage.directory.ensure_user("bob")
+    now = [0.0]
+    with recording_calls() as log:
+        directory = _fresh_directory(stage, now)  # its clients are recorded
+        assert directory.authenticate(key) == Principal("alice")
+        assert directory.retention.tasks() == timedelta(days=5)
+        assert log.calls == [("dynamodb", "BatchGetItem")]
+
+        log.clear()  # trusted for its cache time: lookups are single reads again
+        assert directory.profile("bob") is not None
+        assert log.calls == [("dynamodb", "GetItem")]
+
+        # Then the next lookup refreshes it on the way.
+        write_retention(_meta(stage), credit_tx_retention_days=30, ai_task_retention_days=9)
+        now[0] += RETENTION_CACHE_SECONDS + API_KEY_CACHE_SECONDS
+        log.clear()
+        assert directory.profile("alice") is not None
+        assert directory.retention.tasks() == timedelta(days=9)
+        assert log.calls == [("dynamodb", "BatchGetItem")]
+
+
+def test_keys_left_unprocessed_by_the_batch_are_read_alone_or_left_due(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BatchGetItem may return keys unprocessed (throttling): the tenant's item is then read with a
+    GetItem, and the retention stays due for the next lookup instead of being taken as missing."""
+    write_retention(_meta(stage), credit_tx_retention_days=30, ai_task_retention_days=5)
+    key = stage.directory.create_api_key("alice")
+    directory = _fresh_directory(stage, [0.0])
+    table = directory.meta.name
+
+    def throttled(RequestItems: dict[str, Any]) -> dict[str, Any]:
+        return {"Responses": {table: []}, "UnprocessedKeys": RequestItems}
+
+    monkeypatch.setattr(directory.meta.meta.client, "batch_get_item", throttled)
+    assert directory.authenticate(key) == Principal("alice")
+    assert directory.retention.due()
+    monkeypatch.undo()
+    assert directory.retention.tasks() == timedelta(days=5)

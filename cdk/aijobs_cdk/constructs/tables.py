@@ -26,6 +26,9 @@ from aijobs_cdk.constructs.naming import stateful_removal
 JOB_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query")
 # A TransactWriteItems is authorized item by item by these (and DeleteItem for a delete).
 JOB_WRITE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+# The tenant directory's lookups (aijobs.store.tenants.Directory): a container's first one brings
+# the stage's retention in the same BatchGetItem. On the meta table only: the shard tables never.
+META_READ_ACTIONS = (*JOB_READ_ACTIONS, "dynamodb:BatchGetItem")
 
 
 class Tables(Construct):
@@ -46,14 +49,15 @@ class Tables(Construct):
             shard.grant(fn, *actions)
 
     def grant_meta_read(self, fn: lambda_.IFunction, *, register_tenants: bool = False) -> None:
-        """Tenant directory, API keys and dynamic configuration lookups (GetItem, Query);
-        `register_tenants`: also give a new identity its tenant (JWT auth, on its first request)."""
+        """Tenant directory, API keys and dynamic configuration lookups (GetItem, BatchGetItem,
+        Query); `register_tenants`: also give a new identity its tenant (JWT auth, on its first
+        request)."""
         writes = ("dynamodb:PutItem", "dynamodb:UpdateItem") if register_tenants else ()
-        self.meta.grant(fn, *JOB_READ_ACTIONS, *writes)
+        self.meta.grant(fn, *META_READ_ACTIONS, *writes)
 
     def grant_dead_letter_records(self, fn: lambda_.IFunction) -> None:
         """The DLQ consumer reads tenants and writes the operator-visible dead-letter list."""
-        self.meta.grant(fn, *JOB_READ_ACTIONS, "dynamodb:PutItem")
+        self.meta.grant(fn, *META_READ_ACTIONS, "dynamodb:PutItem")
 
     def grant_webhook_secrets(self, fn: lambda_.IFunction) -> None:
         """The producer creates and rotates tenants' webhook signing secrets (`WEBHOOK#<userId>`

@@ -11,10 +11,10 @@ two days of the time. The maintenance run's clean-up stays as the backstop for r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aijobs.errors import AijobsError
 from aijobs.store.keys import CONFIG_PK, PK, SK
@@ -38,8 +38,17 @@ class Retention:
     ai_task_days: int
 
 
+#: The item's key in the meta table.
+RETENTION_KEY = {PK: CONFIG_PK, SK: RETENTION_SK}
+
+
 def read_retention(meta: Table) -> Retention:
-    item = meta.get_item(Key={PK: CONFIG_PK, SK: RETENTION_SK}, ConsistentRead=True).get("Item")
+    return parse_retention(meta.get_item(Key=RETENTION_KEY, ConsistentRead=True).get("Item"))
+
+
+def parse_retention(item: Mapping[str, Any] | None) -> Retention:
+    """The retention an item holds; `RetentionConfigError` saying what to fix if it is missing or
+    invalid."""
     if item is None:
         raise RetentionConfigError(
             f"meta table has no {CONFIG_PK}/{RETENTION_SK} item; set it with `aijobs config retention`"
@@ -74,22 +83,33 @@ def write_retention(meta: Table, *, credit_tx_retention_days: int, ai_task_reten
 class RetentionReader:
     """The retention as a container sees it: read on first use, then trusted for
     RETENTION_CACHE_SECONDS. Missing or invalid configuration gives None (no TTL: the row waits for
-    the maintenance run, which reports the configuration loudly) rather than failing a job."""
+    the maintenance run, which reports the configuration loudly) rather than failing a job.
+
+    A lookup the container makes anyway may bring the item along while it is `due()` and hand it to
+    `accept()` (the Directory's first tenant lookups do: one request instead of two)."""
 
     def __init__(self, meta: Table, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._meta = meta
         self._monotonic = monotonic
         self._cached: tuple[Retention | None, float] | None = None
 
-    def __call__(self) -> Retention | None:
-        if self._cached is not None and self._monotonic() < self._cached[1]:
-            return self._cached[0]
+    def due(self) -> bool:
+        """The next use would read the item."""
+        return self._cached is None or self._monotonic() >= self._cached[1]
+
+    def accept(self, item: Mapping[str, Any] | None) -> Retention | None:
+        """Trust the item, read by someone else just now, for RETENTION_CACHE_SECONDS."""
         try:
-            retention: Retention | None = read_retention(self._meta)
+            retention: Retention | None = parse_retention(item)
         except RetentionConfigError:
             retention = None
         self._cached = (retention, self._monotonic() + RETENTION_CACHE_SECONDS)
         return retention
+
+    def __call__(self) -> Retention | None:
+        if self._cached is not None and self._monotonic() < self._cached[1]:
+            return self._cached[0]
+        return self.accept(self._meta.get_item(Key=RETENTION_KEY, ConsistentRead=True).get("Item"))
 
     def tasks(self) -> timedelta | None:
         """How long a finished job is kept."""

@@ -26,7 +26,7 @@ from aijobs.store.keys import (
     iso,
     user_pk,
 )
-from aijobs.store.retention import RetentionReader
+from aijobs.store.retention import RETENTION_KEY, RetentionReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -117,20 +117,42 @@ class Directory:
             transaction_retention=self.retention.transactions,
         )
 
+    def _lookup(self, key: dict[str, str]) -> dict[str, Any] | None:
+        """One meta item (eventually consistent, like every cached lookup here). While this
+        container's retention is due (its first lookup, then every RETENTION_CACHE_SECONDS), the
+        retention item rides in the same request (BatchGetItem), so a cold producer or consumer
+        makes no call of its own for it. A key DynamoDB leaves unprocessed (throttling) is read
+        alone, or for the retention, left due."""
+        if not self.retention.due():
+            return self.meta.get_item(Key=key).get("Item")
+        table = self.meta.name
+        # The resource's client takes and gives plain Python values (its stubs say otherwise).
+        response: Any = self.meta.meta.client.batch_get_item(
+            RequestItems={table: {"Keys": [key, RETENTION_KEY]}}
+        )
+        found = {(item[PK], item[SK]): item for item in response.get("Responses", {}).get(table, [])}
+        unprocessed = response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
+        if RETENTION_KEY not in unprocessed:
+            self.retention.accept(found.get((RETENTION_KEY[PK], RETENTION_KEY[SK])))
+        if key in unprocessed:
+            return self.meta.get_item(Key=key).get("Item")
+        item: dict[str, Any] | None = found.get((key[PK], key[SK]))
+        return item
+
     def profile(self, user_id: str) -> TenantProfile | None:
         """The user's profile (None for an unknown user), cached for PROFILE_CACHE_SECONDS: a limit
         an operator changes takes effect in every container within that time."""
         cached = self._profiles.get(user_id)
         if cached is not None and self._monotonic() < cached[1]:
             return cached[0]
-        item = self.meta.get_item(Key={PK: user_pk(user_id), SK: PROFILE_SK}).get("Item")
+        item = self._lookup({PK: user_pk(user_id), SK: PROFILE_SK})
         if item is None:
             self._profiles.pop(user_id, None)
             return None
         raw_cap = item.get("max_running")
         profile = TenantProfile(
-            shard=int(item["shard"]),  # type: ignore[arg-type]
-            max_running=None if raw_cap is None else int(raw_cap),  # type: ignore[arg-type]
+            shard=int(item["shard"]),
+            max_running=None if raw_cap is None else int(raw_cap),
             spend_cap_usd=Decimal(str(item["spend_cap_usd"])) if "spend_cap_usd" in item else None,
         )
         self._shard_of.setdefault(user_id, profile.shard)
@@ -184,13 +206,13 @@ class Directory:
         cached = self._keys.get(digest)
         if cached is not None and self._monotonic() < cached[1]:
             return cached[0]
-        item = self.meta.get_item(Key={PK: api_key_pk(digest), SK: API_KEY_SK}).get("Item")
+        item = self._lookup({PK: api_key_pk(digest), SK: API_KEY_SK})
         if item is None or item.get("revoked"):
             self._keys.pop(digest, None)
             return None
         principal = Principal(user_id=str(item["userId"]), role=str(item.get("role", "user")))
         if "shard" in item:  # a user's shard never changes once assigned
-            self._shard_of.setdefault(principal.user_id, int(item["shard"]))  # type: ignore[arg-type]
+            self._shard_of.setdefault(principal.user_id, int(item["shard"]))
         self._keys[digest] = (principal, self._monotonic() + API_KEY_CACHE_SECONDS)
         return principal
 
