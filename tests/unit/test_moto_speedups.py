@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 import importlib
 import itertools
+import json
 import os
 import random
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -619,3 +621,136 @@ def test_moto_never_changes_a_parsed_tree_it_is_handed(dynamodb: DynamoDBClient)
     assert {request["UpdateExpression"] for request in UPDATES[:-1]} <= set(kept)
     for text, tree in kept.items():
         assert _shape(tree) == _shape(original_make(expressions.UpdateExpressionParser, text)), text
+
+
+# --- 6. SQS queue attributes: built from what is asked, counted in one walk -----------------------
+
+
+@pytest.fixture
+def queues() -> Iterator[dict[str, str]]:
+    """Queues of every shape moto gives attributes to, holding messages in every state: waiting,
+    in flight, delayed. Name -> URL."""
+    moto_speedups.apply()
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name=REGION)
+        dlq = sqs.create_queue(QueueName="dead")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        urls = {
+            "plain": sqs.create_queue(QueueName="plain")["QueueUrl"],
+            "redriven": sqs.create_queue(
+                QueueName="redriven",
+                Attributes={
+                    "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 3}),
+                    "KmsMasterKeyId": "alias/aws/sqs",
+                    "Policy": json.dumps({"Version": "2012-10-17", "Statement": []}),
+                    "DelaySeconds": "1",
+                },
+            )["QueueUrl"],
+            "fifo.fifo": sqs.create_queue(
+                QueueName="fifo.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+            )["QueueUrl"],
+            "dead": dlq,
+        }
+        for name, url in urls.items():
+            for i in range(6):
+                if name.endswith(".fifo"):
+                    sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g")
+                else:
+                    sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+            if not name.endswith(".fifo"):
+                sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=600)
+            sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=600)
+        yield urls
+
+
+def _sqs_backend() -> Any:
+    from moto.sqs.models import sqs_backends
+
+    return sqs_backends[ACCOUNT][REGION]
+
+
+def _moto_lookup(queue_name: str, names: list[str]) -> Any:
+    try:
+        return moto_speedups.ORIGINALS["SQSBackend.get_queue_attributes"](_sqs_backend(), queue_name, names)
+    except Exception as error:  # compared with the patched lookup's error below
+        return type(error), str(error)
+
+
+def _patched_lookup(queue_name: str, names: list[str]) -> Any:
+    try:
+        return _sqs_backend().get_queue_attributes(queue_name, names)
+    except Exception as error:
+        return type(error), str(error)
+
+
+def test_queue_attributes_are_motos(queues: dict[str, str]) -> None:
+    for name in queues:
+        queue = _sqs_backend().get_queue(name)
+        expected = moto_speedups.ORIGINALS["Queue.attributes"].fget(queue)
+        assert list(queue.attributes.items()) == list(expected.items()), name
+    counts = _sqs_backend().get_queue("plain").attributes
+    # Waiting, in flight and delayed are all there, so the counts are compared on something.
+    assert [int(counts[n]) for n in moto_speedups._SQS_COUNTS] == [4, 1, 2]  # waiting, delayed, in flight
+
+
+def test_named_attribute_lookups_answer_as_moto_does(queues: dict[str, str]) -> None:
+    queue = _sqs_backend().get_queue("plain")
+    every = [*queue.BASE_ATTRIBUTES, *queue.FIFO_ATTRIBUTES, *queue.KMS_ATTRIBUTES]
+    asks = [
+        *([name] for name in every),
+        every,
+        ["All"],
+        ["MessageRetentionPeriod", "ApproximateNumberOfMessages", "MessageRetentionPeriod"],
+        ["ContentBasedDeduplication", "QueueArn"],  # a FIFO attribute of a standard queue: left out
+        [],
+        ["NoSuchAttribute"],
+        ["QueueArn", ""],
+    ]
+    for name in [*queues, "missing-queue"]:
+        for ask in asks:
+            assert _patched_lookup(name, ask) == _moto_lookup(name, ask), (name, ask)
+
+
+def test_a_named_lookup_does_not_walk_the_messages(queues: dict[str, str]) -> None:
+    """What made a receive quadratic: moto reads each returned message's retention period through a
+    lookup that walked the whole queue three times."""
+    walks: list[int] = []
+
+    class Watched(list[Any]):
+        def __iter__(self) -> Iterator[Any]:
+            walks.append(1)
+            return super().__iter__()
+
+    queue = _sqs_backend().get_queue("plain")
+    queue._messages = Watched(queue._messages)
+    asked = ["MessageRetentionPeriod", "QueueArn"]
+    assert _sqs_backend().get_queue_attributes("plain", asked) == _moto_lookup("plain", asked)
+    assert len(walks) >= len(asked)  # moto's: every attribute built (counts included) per name asked
+    walks.clear()
+    assert _sqs_backend().get_queue_attributes("plain", asked)["MessageRetentionPeriod"] == 345600
+    assert walks == []
+    assert (
+        int(
+            _sqs_backend().get_queue_attributes("plain", ["ApproximateNumberOfMessages"])[
+                "ApproximateNumberOfMessages"
+            ]
+        )
+        == 4
+    )
+    assert len(walks) == 1  # the counts in one walk
+
+
+def test_moto_sqs_clock_reads_the_same_time() -> None:
+    moto_speedups.apply()
+    from moto.sqs import models as sqs_models
+
+    moto_millis = moto_speedups.ORIGINALS["sqs.unix_time_millis"]
+    before = moto_millis()
+    now = sqs_models.unix_time_millis()  # type: ignore[attr-defined]
+    after = moto_millis()
+    assert before - 1 <= now <= after + 1  # moto's clock has microseconds: 1 ms either side
+    moment = datetime(2026, 11, 30, 12, 0, 0)
+    assert sqs_models.unix_time(moment) == moto_speedups.ORIGINALS["sqs.unix_time"](moment)  # type: ignore[attr-defined]
+    assert sqs_models.unix_time_millis(moment) == moto_millis(moment)  # type: ignore[attr-defined]
