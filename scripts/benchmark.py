@@ -10,9 +10,14 @@ Prints figures and asserts nothing (machines here are shared and noisy; tests ne
   the same moto backend (the consumer's own overhead: parsing, models, logging, metrics).
 - Handler import CPU and peak memory against `import boto3` alone, each in fresh interpreters
   (median of --repeat runs), and the floor every handler shares: boto3, powertools' logger and
-  metrics (aijobs.observability) and pydantic with the job models (aijobs.domain).
+  metrics (aijobs.observability) and pydantic with the job models (aijobs.domain). Beside each,
+  "import + set-up": the import and what the function's first invocation builds before its first
+  AWS call (its settings, collaborators and boto3 clients, on the dev stage's configuration).
+  `--instructions` adds the same ratios in instructions executed, counted by valgrind: they do
+  not move with the machine's load (a run takes minutes).
 
     .venv/bin/python scripts/benchmark.py [--jobs 40] [--repeat 5] [--only calls,consumer,imports]
+        [--instructions]
 
 `--write-profile` measures the call profile instead (every path's AWS calls with the capacity
 units AWS bills for them, `aijobs_cli.call_profile`) and writes `cli/aijobs_cli/call_profile.json`,
@@ -730,6 +735,7 @@ def import_instructions() -> dict[str, float]:
     empty = _instructions_once(valgrind, "pass", {})
 
     def count(module: str, first_use: str = "", env: dict[str, str] | None = None) -> int:
+        _import_once(module, first_use, env)  # writes the .pyc files first: compiling is not counted
         return _instructions_once(valgrind, _probe(module, first_use), env or {}) - empty
 
     boto3 = count("boto3")
