@@ -10,9 +10,14 @@ Prints figures and asserts nothing (machines here are shared and noisy; tests ne
   the same moto backend (the consumer's own overhead: parsing, models, logging, metrics).
 - Handler import CPU and peak memory against `import boto3` alone, each in fresh interpreters
   (median of --repeat runs), and the floor every handler shares: boto3, powertools' logger and
-  metrics (aijobs.observability) and pydantic with the job models (aijobs.domain).
+  metrics (aijobs.observability) and pydantic with the job models (aijobs.domain). Beside each,
+  "import + set-up": the import and what the function's first invocation builds before its first
+  AWS call (its settings, collaborators and boto3 clients, on the dev stage's configuration).
+  `--instructions` adds the same ratios in instructions executed, counted by valgrind: they do
+  not move with the machine's load (a run takes minutes).
 
     .venv/bin/python scripts/benchmark.py [--jobs 40] [--repeat 5] [--only calls,consumer,imports]
+        [--instructions]
 
 `--write-profile` measures the call profile instead (every path's AWS calls with the capacity
 units AWS bills for them, `aijobs_cli.call_profile`) and writes `cli/aijobs_cli/call_profile.json`,
@@ -569,18 +574,27 @@ import sys, time
 sys.path[:0] = {paths!r}
 started = time.process_time()
 import {module}
+{first_use}
 cpu = time.process_time() - started
 print(cpu, peak_kib())
 """
 )
 
 
-def _import_once(module: str) -> tuple[float, float]:
-    paths = [str(ROOT / "functions"), str(ROOT / "layers/aijobs/python")]
-    code = PROBE.format(paths=paths, module=module)
+def _import_env() -> dict[str, str]:
     from aijobs_cdk import LAMBDA_ONLY_ENV
 
-    env = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1", **LAMBDA_ONLY_ENV}
+    return {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1", **LAMBDA_ONLY_ENV}
+
+
+def _probe(module: str, first_use: str = "") -> str:
+    paths = [str(ROOT / "functions"), str(ROOT / "layers/aijobs/python")]
+    return PROBE.format(paths=paths, module=module, first_use=first_use)
+
+
+def _import_once(module: str, first_use: str = "", env: dict[str, str] | None = None) -> tuple[float, float]:
+    code = _probe(module, first_use)
+    env = {**_import_env(), **(env or {})}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     cpu, rss = out.stdout.split()
     return float(cpu), float(rss)
@@ -592,25 +606,147 @@ def _baseline_rss() -> float:
     return float(out.stdout)
 
 
+# What each function's first invocation builds before its first AWS call: its settings, the
+# collaborators of its own path (the imports they load lazily) and their boto3 clients.
+FIRST_USE = {
+    "api": "from aijobs import runtime; runtime.api_service()",
+    "queue_consumer": "from aijobs import runtime; runtime.consumer()",
+    "dlq_consumer": "from aijobs import runtime; runtime.dead_letter_consumer()",
+    "cron_dispatcher": "from aijobs import runtime; runtime.cron_context()",
+}
+FIRST_USE_KIND = "summary"
+
+
+def function_envs() -> dict[str, dict[str, str]]:
+    """Each function's environment on the dev stage (`.env.dev`: Bedrock, Polly for speech) with
+    made-up resource names: enough to build its settings and clients, never to call AWS. Without
+    the workflow kinds: their inherited models are refused by the Bedrock adapter today."""
+    from aijobs.stage_config import DLQ_SUFFIX, queue_resource_name
+    from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.resources import StageResources
+
+    plain = "image-generate;tts-generate;video-generate;summary;embedding"
+    prices = "summary:1;embedding:1;image-generate:5;tts-generate:3;video-generate:20"
+    config = load_stage_config("dev", {"QUEUE_NAMES": plain, "KIND_PRICES": prices})
+    account = "arn:aws:sqs:us-east-1:123456789012"
+    urls = "https://sqs.us-east-1.amazonaws.com/123456789012"
+    names = {kind: queue_resource_name("dev", kind) for kind in config.queue_names}
+    resources = StageResources(
+        config=config, region="us-east-1", meta_table="aijobs-dev-meta",
+        shard_tables=[f"aijobs-dev-shard-{i}" for i in range(config.shard_count)],
+        bucket="aijobs-dev-jobs", topic_arn="arn:aws:sns:us-east-1:123456789012:aijobs-dev-alerts",
+        queue_urls={kind: f"{urls}/{name}" for kind, name in names.items()},
+        queue_arns={kind: f"{account}:{name}" for kind, name in names.items()},
+        dlq_urls={kind: f"{urls}/{name}{DLQ_SUFFIX}" for kind, name in names.items()},
+        dlq_arns={kind: f"{account}:{name}{DLQ_SUFFIX}" for kind, name in names.items()},
+        webhook_queue_url=f"{urls}/aijobs-dev-webhooks", webhook_dlq_url=f"{urls}/aijobs-dev-webhooks-dlq",
+    )  # fmt: skip
+    return {
+        "api": resources.api_env(),
+        "queue_consumer": resources.consumer_env(FIRST_USE_KIND),
+        "dlq_consumer": resources.dlq_env(),
+        "cron_dispatcher": resources.cron_env(),
+    }
+
+
 def imports(repeat: int) -> dict[str, float]:
     empty = statistics.median(_baseline_rss() for _ in range(repeat))
-    samples: dict[str, list[tuple[float, float]]] = {"boto3": [], IMPORT_FLOOR: []}
+    envs = function_envs()
+    # (module, what runs after its import, its environment) per figure.
+    probes: dict[str, tuple[str, str, dict[str, str]]] = {
+        "boto3": ("boto3", "", {}),
+        IMPORT_FLOOR: (IMPORT_FLOOR, "", {}),
+    }
     for name in HANDLERS:
-        samples[f"{name}.handler"] = []
+        probes[name] = (f"{name}.handler", "", {})
+        probes[f"{name} +first"] = (f"{name}.handler", FIRST_USE[name], envs[name])
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label in probes}
     for _ in range(repeat):  # interleaved, so a noisy moment hits every module alike
-        for module in samples:
-            samples[module].append(_import_once(module))
-    cpu = {module: statistics.median(s[0] for s in runs) for module, runs in samples.items()}
-    rss = {module: statistics.median(s[1] for s in runs) - empty for module, runs in samples.items()}
+        for label, (module, first_use, env) in probes.items():
+            samples[label].append(_import_once(module, first_use, env))
+    cpu = {label: statistics.median(s[0] for s in runs) for label, runs in samples.items()}
+    rss = {label: statistics.median(s[1] for s in runs) - empty for label, runs in samples.items()}
     figures = {}
     for name in HANDLERS:
-        module = f"{name}.handler"
-        figures[f"import CPU {name} vs import boto3"] = cpu[module] / cpu["boto3"]
-        figures[f"import memory {name} vs import boto3"] = rss[module] / rss["boto3"]
+        figures[f"import CPU {name} vs import boto3"] = cpu[name] / cpu["boto3"]
+        figures[f"import memory {name} vs import boto3"] = rss[name] / rss["boto3"]
+    for name in HANDLERS:
+        first = f"{name} +first"
+        figures[f"import + set-up CPU {name} vs import boto3"] = cpu[first] / cpu["boto3"]
+        figures[f"import + set-up memory {name} vs import boto3"] = rss[first] / rss["boto3"]
     figures["(floor every handler shares: import CPU vs import boto3)"] = cpu[IMPORT_FLOOR] / cpu["boto3"]
     figures["(floor every handler shares: import memory vs import boto3)"] = rss[IMPORT_FLOOR] / rss["boto3"]
     figures["(import boto3: CPU ms)"] = cpu["boto3"] * 1000
     figures["(import boto3: memory MiB over an empty interpreter)"] = rss["boto3"] / 1024
+    return figures
+
+
+# --- imports in instructions (valgrind) -----------------------------------------------------------
+
+VALGRIND = "valgrind"
+# cachegrind without its cache simulation counts every instruction executed and nothing else: the
+# cheapest valgrind tool for a total (callgrind's call graph costs several times as much).
+VALGRIND_ARGS = ("--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
+
+
+class InstructionCountError(RuntimeError):
+    """valgrind is missing, or its output has no instruction count."""
+
+
+def parse_instruction_count(output: str) -> int:
+    """The total from cachegrind's summary line `==PID== I   refs:      693,251,979`."""
+    for line in output.splitlines():
+        head, _, value = line.partition("I   refs:")
+        if _ and head.startswith("==") and value.strip():
+            digits = value.strip().replace(",", "")
+            if digits.isdigit():
+                return int(digits)
+    raise InstructionCountError("no instruction count ('I refs:') in valgrind's output:\n" + output[-2000:])
+
+
+def _valgrind() -> str:
+    import shutil
+
+    found = shutil.which(VALGRIND)
+    if found is None:
+        raise InstructionCountError(
+            "--instructions needs valgrind (cachegrind) on PATH, e.g. `apt-get install valgrind`"
+        )
+    return found
+
+
+def _instructions_once(valgrind: str, code: str, env: dict[str, str]) -> int:
+    # A fixed hash seed: set and dict orders, hence the work done, are the same in every run.
+    env = {**_import_env(), **env, "PYTHONHASHSEED": "0"}
+    out = subprocess.run(
+        [valgrind, *VALGRIND_ARGS, sys.executable, "-c", code],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise InstructionCountError(f"valgrind exited {out.returncode}:\n{out.stderr[-2000:]}")
+    return parse_instruction_count(out.stderr)
+
+
+def import_instructions() -> dict[str, float]:
+    """Instructions executed by each import (and its first invocation's set-up), less an empty
+    interpreter's, over `import boto3`'s: the same ratios as `imports`, unmoved by machine load."""
+    valgrind = _valgrind()
+    envs = function_envs()
+    empty = _instructions_once(valgrind, "pass", {})
+
+    def count(module: str, first_use: str = "", env: dict[str, str] | None = None) -> int:
+        _import_once(module, first_use, env)  # writes the .pyc files first: compiling is not counted
+        return _instructions_once(valgrind, _probe(module, first_use), env or {}) - empty
+
+    boto3 = count("boto3")
+    figures = {}
+    for name in HANDLERS:
+        figures[f"import instructions {name} vs import boto3"] = count(f"{name}.handler") / boto3
+    for name in HANDLERS:
+        first = count(f"{name}.handler", FIRST_USE[name], envs[name])
+        figures[f"import + set-up instructions {name} vs import boto3"] = first / boto3
+    figures["(floor every handler shares: import instructions vs import boto3)"] = count(IMPORT_FLOOR) / boto3
+    figures["(import boto3: millions of instructions)"] = boto3 / 1e6
     return figures
 
 
@@ -620,6 +756,7 @@ def _goal(name: str) -> str:
     for prefix, goal in (
         ("consumer wall time", "<= 1.1x"),
         ("import CPU", "<= 1.5x"),
+        ("import instructions", "<= 1.5x (CPU)"),
         ("import memory", "<= 1.4x"),
     ):
         if name.startswith(prefix):
@@ -637,6 +774,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="fresh interpreters per import figure")
     parser.add_argument("--only", default="calls,consumer,imports")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="with imports: also count each import's instructions under valgrind (minutes; load-proof)",
+    )
     parser.add_argument(
         "--write-profile",
         nargs="?",
@@ -661,7 +803,15 @@ def main(argv: list[str] | None = None) -> int:
     parts = set(args.only.split(","))
     figures: dict[str, float] = {}
     if "imports" in parts:  # first: fresh interpreters, before this one grows
+        if args.instructions:  # before the timed figures: a missing valgrind fails at once
+            try:
+                counted = import_instructions()
+            except InstructionCountError as error:
+                print(f"benchmark.py: {error}", file=sys.stderr)
+                return 2
         figures |= imports(args.repeat)
+        if args.instructions:
+            figures |= counted
     if "calls" in parts:
         with moto_stage() as stage:
             figures |= producer_calls(stage)

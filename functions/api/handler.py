@@ -9,6 +9,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aijobs import runtime
 from aijobs.api.app import configure, configure_admin, resolve
 from aijobs.observability import lambda_tracing, log_lambda_context
+from aijobs.settings import api as _own_settings  # noqa: F401 - its own model, at init
 
 configure(runtime.api_service)
 configure_admin(runtime.admin_service)

@@ -8,6 +8,7 @@ from aijobs import runtime
 from aijobs.observability import lambda_tracing, log_lambda_context
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+from aijobs.settings import cron as _own_settings  # noqa: F401 - its own model, at init
 
 
 # X-Ray subsegments for the invocation and every AWS call, set up in Lambda only (see lambda_tracing).

@@ -6,6 +6,7 @@ from typing import Any
 
 from aijobs import runtime
 from aijobs.observability import lambda_tracing, log_lambda_context
+from aijobs.settings import webhook as _own_settings  # noqa: F401 - its own model, at init
 from aijobs.webhooks import delivery as _own_code  # noqa: F401 - its own path, at init
 
 

@@ -22,6 +22,14 @@ OWN = {
     # message) is shared with the functions that validate callbacks and finish jobs.
     "webhook_consumer": "aijobs.webhooks.delivery",
 }
+# Each function's settings model (aijobs.settings.<module>): its own at init, never another's.
+OWN_SETTINGS = {
+    "api": "aijobs.settings.api",
+    "queue_consumer": "aijobs.settings.consumer",
+    "dlq_consumer": "aijobs.settings.dlq",
+    "cron_dispatcher": "aijobs.settings.cron",
+    "webhook_consumer": "aijobs.settings.webhook",
+}
 PROBE = """
 import importlib, json
 importlib.import_module({module!r})
@@ -58,9 +66,11 @@ def _imported_by(handler: str) -> set[str]:
 def test_a_handler_imports_its_own_code_and_nothing_of_the_other_functions(handler: str) -> None:
     modules = _imported_by(handler)
     assert any(m == OWN[handler] or m.startswith(OWN[handler] + ".") for m in modules), "own code at init"
+    assert OWN_SETTINGS[handler] in modules, "own settings at init"
     for other, package in OWN.items():
         if other != handler:
             assert not [m for m in modules if m == package or m.startswith(package + ".")], other
+            assert OWN_SETTINGS[other] not in modules, other
 
 
 @pytest.mark.parametrize("handler", sorted(OWN))
@@ -143,7 +153,11 @@ def test_a_workflow_kinds_consumer_loads_the_runner_on_its_first_job() -> None:
 
 # Models built on first use (defer_build), by module: none is built by importing any handler.
 DEFERRED = {
-    "aijobs.settings": ("FunctionSettings", "ApiSettings", "ConsumerSettings", "DlqSettings", "CronSettings"),
+    "aijobs.settings": ("FunctionSettings",),
+    "aijobs.settings.api": ("ApiSettings",),
+    "aijobs.settings.consumer": ("ConsumerSettings",),
+    "aijobs.settings.dlq": ("DlqSettings",),
+    "aijobs.settings.cron": ("CronSettings",),
     "aijobs.api.schemas": ("JobRequest", "JobView", "ErrorBody"),
     "aijobs.api.admin_schemas": ("AdminJobDetail", "BatchRerunRequest"),
     "aijobs.providers.base": ("ProviderRequest", "ProviderResult"),
@@ -160,3 +174,81 @@ def test_importing_a_handler_builds_no_deferred_model(handler: str) -> None:
         "print(json.dumps(built))"
     )
     assert json.loads(out) == []
+
+
+def test_another_functions_settings_still_load_by_their_old_name() -> None:
+    """`from aijobs.settings import ApiSettings` (the CLI, the tests) loads aijobs.settings.api then."""
+    out = _fresh(
+        "import json, dlq_consumer.handler\n"
+        "before = 'aijobs.settings.api' in sys.modules\n"
+        "from aijobs.settings import ApiSettings, api_settings\n"
+        "from aijobs.settings.api import ApiSettings as Loaded\n"
+        "print(json.dumps([before, ApiSettings is Loaded, api_settings.__module__]))"
+    )
+    assert json.loads(out) == [False, True, "aijobs.settings.api"]
+
+
+def test_reset_runtime_forgets_the_settings_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aijobs import runtime
+    from aijobs.settings import dlq_settings
+    from scripts.benchmark import function_envs
+
+    env = function_envs()["dlq_consumer"]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    runtime.reset_runtime()
+    assert dlq_settings().alert_topic_arn == env["ALERT_TOPIC_ARN"]
+    monkeypatch.setenv("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:123456789012:other")
+    assert dlq_settings().alert_topic_arn == env["ALERT_TOPIC_ARN"]  # read once per container
+    runtime.reset_runtime()
+    assert dlq_settings().alert_topic_arn == "arn:aws:sns:us-east-1:123456789012:other"
+    runtime.reset_runtime()
+
+
+# boto3 clients a function's collaborators create only when first called (aws.on_first_use): the
+# common path of each function never calls them. The others (besides DynamoDB's) are created with
+# the collaborators.
+ON_FIRST_USE = {
+    "api": ("s3", "lambda_"),
+    "queue_consumer": ("sqs", "sns", "lambda_"),
+    "dlq_consumer": ("sqs",),
+    "cron_dispatcher": ("sqs", "sns", "lambda_"),
+}
+EAGER = {"api": {"sqs"}, "queue_consumer": {"s3"}, "dlq_consumer": {"sns"}, "cron_dispatcher": set()}
+
+
+def _build(handler: str) -> None:
+    from aijobs import runtime
+
+    if handler == "api":
+        runtime.api_service()
+        runtime.admin_service()
+    else:
+        {"queue_consumer": runtime.consumer, "dlq_consumer": runtime.dead_letter_consumer,
+         "cron_dispatcher": runtime.cron_context}[handler]()  # fmt: skip
+
+
+@pytest.mark.parametrize("handler", sorted(ON_FIRST_USE))
+def test_a_functions_rarely_used_clients_are_created_on_their_first_call(
+    monkeypatch: pytest.MonkeyPatch, handler: str
+) -> None:
+    from aijobs import aws, runtime
+    from scripts.benchmark import function_envs
+
+    for name, value in function_envs()[handler].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    runtime.reset_runtime()
+    try:
+        _build(handler)
+        factories = {name: getattr(aws, name) for name in ("sqs", "s3", "sns", "lambda_")}
+        created = {name for name, factory in factories.items() if factory.cache_info().currsize}
+        assert created == EAGER[handler]
+        for name in ON_FIRST_USE[handler]:
+            client = aws.on_first_use(factories[name])
+            assert factories[name].cache_info().currsize == 0
+            # The first call reaches the function's one cached client.
+            assert client.get_paginator.__self__ is factories[name]()
+            assert factories[name].cache_info().currsize == 1
+    finally:
+        runtime.reset_runtime()

@@ -7,8 +7,9 @@ boto3 itself) points every client at the local stack's moto server.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import boto3
 from botocore.config import Config
@@ -64,6 +65,29 @@ def sns() -> SNSClient:
 def lambda_() -> LambdaClient:
     with _creating:
         return boto3.client("lambda", config=_CONFIG)
+
+
+_Client = TypeVar("_Client")
+
+
+class _OnFirstUse:
+    """Stands for the client `factory` returns, which it asks for on each use (the factories cache
+    it): the client is created by its first call, never if nothing calls it."""
+
+    __slots__ = ("_factory",)
+
+    def __init__(self, factory: Callable[[], object]) -> None:
+        self._factory = factory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._factory(), name)
+
+
+def on_first_use(factory: Callable[[], _Client]) -> _Client:
+    """A client for a collaborator that only some invocations call (alerts, pausing a consumer,
+    S3 for uploads): creating a botocore client loads its service model, 5-40% of `import boto3`'s
+    CPU each, which a cold start need not pay for a client it never calls."""
+    return cast(_Client, _OnFirstUse(factory))
 
 
 def reset_clients() -> None:

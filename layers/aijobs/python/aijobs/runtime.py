@@ -15,29 +15,24 @@ from aijobs.alerts import Alerts
 from aijobs.domain import utcnow
 from aijobs.providers.registry import reset_providers
 from aijobs.queues import JobQueues
-from aijobs.settings import (
-    ApiSettings,
-    ConsumerSettings,
-    CronSettings,
-    DlqSettings,
-    FunctionSettings,
-    WebhookSettings,
-    api_settings,
-    consumer_settings,
-    cron_settings,
-    dlq_settings,
-    webhook_settings,
-)
+from aijobs.settings import reset_settings
 from aijobs.store.tenants import Directory
 
 # Each factory imports its own function's code: a handler's import graph holds nothing of the
 # other functions (tests/unit/test_import_graph.py), which keeps every cold start to its own path.
+# So do the settings: each handler imports its own settings module (aijobs.settings.<function>).
 if TYPE_CHECKING:
     from aijobs.api.admin import AdminService
     from aijobs.api.service import JobService
     from aijobs.consumer.dispatcher import Consumer
     from aijobs.dead_letters import DeadLetterConsumer
     from aijobs.scheduled.context import CronContext
+    from aijobs.settings import FunctionSettings
+    from aijobs.settings.api import ApiSettings
+    from aijobs.settings.consumer import ConsumerSettings
+    from aijobs.settings.cron import CronSettings
+    from aijobs.settings.dlq import DlqSettings
+    from aijobs.settings.webhook import WebhookSettings
     from aijobs.spend import SpendBrake
     from aijobs.webhooks.delivery import WebhookConsumer
     from aijobs.webhooks.urls import Resolver
@@ -54,6 +49,8 @@ def directory(settings: FunctionSettings) -> Directory:
 
 @cache
 def consumer() -> Consumer:
+    from aijobs.settings.consumer import consumer_settings
+
     return build_consumer(consumer_settings())
 
 
@@ -71,8 +68,10 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
         stage=settings.stage,
         kind=settings.queue_name,
         directory=directory(settings),
+        # A success touches DynamoDB and S3 only; SQS (retries, webhooks, children), Lambda (pausing
+        # the kind) and SNS (alerts) are created when first called.
         queues=JobQueues(
-            aws.sqs(),
+            aws.on_first_use(aws.sqs),
             {settings.queue_name: settings.queue_url, **settings.linked_queue_urls},
             {settings.queue_name: settings.dlq_url},
             webhook_url=settings.webhook_queue_url,
@@ -85,8 +84,8 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
             max_delay_seconds=settings.retry_max_delay_seconds,
             throttle_delay_seconds=settings.throttle_delay_seconds,
         ),
-        control=ConsumerControl(aws.lambda_()),
-        alerts=Alerts(aws.sns(), settings.alert_topic_arn),
+        control=ConsumerControl(aws.on_first_use(aws.lambda_)),
+        alerts=Alerts(aws.on_first_use(aws.sns), settings.alert_topic_arn),
         max_attempts=settings.max_attempts,
         lease=timedelta(seconds=settings.job_lease_seconds),
         recheck=timedelta(seconds=settings.provider_recheck_seconds),
@@ -117,6 +116,7 @@ def spend_brake(settings: ApiSettings | ConsumerSettings, clock: Callable[[], da
 def api_service() -> JobService:
     from aijobs.api.service import JobService
     from aijobs.providers.registry import build_provider
+    from aijobs.settings.api import api_settings
     from aijobs.store.results import ResultStore
     from aijobs.webhooks.secrets import WebhookSecrets
     from aijobs.webhooks.urls import UrlPolicy
@@ -125,7 +125,8 @@ def api_service() -> JobService:
     return JobService(
         directory=directory(settings),
         queues=JobQueues(aws.sqs(), settings.queue_urls, webhook_url=settings.webhook_queue_url),
-        results=ResultStore(aws.s3(), settings.bucket_name),
+        # S3 serves uploads, inputs by reference and result links, not a plain submit or poll.
+        results=ResultStore(aws.on_first_use(aws.s3), settings.bucket_name),
         provider=build_provider(settings.provider, settings, bucket=settings.bucket_name),
         provider_name=settings.provider,
         plans=settings.plans,
@@ -147,6 +148,7 @@ def admin_service() -> AdminService:
     from aijobs.api.admin import AdminService
     from aijobs.mappings import ConsumerControl
     from aijobs.operator import Operator
+    from aijobs.settings.api import api_settings
     from aijobs.store.spend import SpendRecords
 
     settings = api_settings()
@@ -158,7 +160,7 @@ def admin_service() -> AdminService:
         meta=meta,
         sqs=aws.sqs(),
         queue_urls=settings.queue_urls,
-        control=ConsumerControl(aws.lambda_()),
+        control=ConsumerControl(aws.on_first_use(aws.lambda_)),
         mappings=settings.consumer_mappings,
         spend=SpendRecords(meta),
         spend_zone=settings.spend_time_zone,
@@ -169,6 +171,8 @@ def admin_service() -> AdminService:
 
 @cache
 def dead_letter_consumer() -> DeadLetterConsumer:
+    from aijobs.settings.dlq import dlq_settings
+
     return build_dead_letter_consumer(dlq_settings())
 
 
@@ -184,12 +188,17 @@ def build_dead_letter_consumer(
         alerts=Alerts(aws.sns(), settings.alert_topic_arn),
         clock=clock,
         kinds_by_queue=settings.dead_letter_kinds,
-        queues=JobQueues(aws.sqs(), settings.linked_queue_urls, webhook_url=settings.webhook_queue_url),
+        # SQS only for a workflow child's parent or a webhook.
+        queues=JobQueues(
+            aws.on_first_use(aws.sqs), settings.linked_queue_urls, webhook_url=settings.webhook_queue_url
+        ),
     )
 
 
 @cache
 def cron_context() -> CronContext:
+    from aijobs.settings.cron import cron_settings
+
     return build_cron_context(cron_settings())
 
 
@@ -201,15 +210,19 @@ def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = u
         stage=settings.stage,
         directory=directory(settings),
         meta=aws.dynamodb().Table(settings.meta_table_name),
-        queues=JobQueues(aws.sqs(), settings.queue_urls, webhook_url=settings.webhook_queue_url),
-        alerts=Alerts(aws.sns(), settings.alert_topic_arn),
+        # A run with nothing due reads DynamoDB only: SQS (re-sending stuck jobs), SNS (alerts) and
+        # Lambda (sizing consumers) are created when first called.
+        queues=JobQueues(
+            aws.on_first_use(aws.sqs), settings.queue_urls, webhook_url=settings.webhook_queue_url
+        ),
+        alerts=Alerts(aws.on_first_use(aws.sns), settings.alert_topic_arn),
         kinds=settings.queue_names,
         max_attempts=settings.max_retries + 1,
         lease=timedelta(seconds=settings.job_lease_seconds),
         recheck=timedelta(seconds=settings.provider_recheck_seconds),
         stuck_after=timedelta(seconds=settings.stuck_queued_seconds),
         clock=clock,
-        control=ConsumerControl(aws.lambda_()),
+        control=ConsumerControl(aws.on_first_use(aws.lambda_)),
         mappings=settings.event_source_mappings,
         flow=settings.flow,
     )
@@ -217,6 +230,8 @@ def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = u
 
 @cache
 def webhook_consumer() -> WebhookConsumer:
+    from aijobs.settings.webhook import webhook_settings
+
     return build_webhook_consumer(webhook_settings())
 
 
@@ -252,19 +267,9 @@ def build_webhook_consumer(
 
 def reset_runtime() -> None:
     """Forget every cached setting, client and collaborator (tests, local stack reloads)."""
-    for factory in (
-        api_settings,
-        consumer_settings,
-        dlq_settings,
-        cron_settings,
-        consumer,
-        api_service,
-        admin_service,
-        dead_letter_consumer,
-        cron_context,
-        webhook_settings,
-        webhook_consumer,
-    ):
+    reset_settings()
+    functions = (consumer, api_service, admin_service, dead_letter_consumer, cron_context, webhook_consumer)
+    for factory in functions:
         factory.cache_clear()
     aws.reset_clients()
     reset_providers()
