@@ -45,7 +45,7 @@ def build_provider(name: str, settings: _ProviderSettings, *, bucket: str | None
         from aijobs.providers.bedrock import BedrockProvider
 
         models = _models(plans, "bedrock")
-        allowed = {kind: plan.choosable_models for kind, plan in plans.items() if plan.provider == "bedrock"}
+        allowed = {kind: plan.choosable_models for kind, plan in _own_plans(plans, "bedrock").items()}
         return _cached(
             ("bedrock", repr(sorted(models.items()))),
             lambda: BedrockProvider(models=models, bucket=_need(bucket), allowed_models=allowed),
@@ -87,8 +87,17 @@ def reset_providers() -> None:
     _INSTANCES.clear()
 
 
+def _own_plans(plans: Mapping[str, KindPlan], provider: str) -> dict[str, KindPlan]:
+    """The plans an adapter runs. A workflow kind's plan is its child kind's, and a workflow calls
+    its provider as the child kind (aijobs.workflows.base), so the adapter never sees it: left out
+    (Bedrock's adapter refuses a kind it does not know)."""
+    from aijobs.workflows.registry import WORKFLOWS
+
+    return {kind: plan for kind, plan in plans.items() if plan.provider == provider and kind not in WORKFLOWS}
+
+
 def _models(plans: Mapping[str, KindPlan], provider: str) -> dict[str, str]:
-    return {kind: plan.model for kind, plan in plans.items() if plan.provider == provider and plan.model}
+    return {kind: plan.model for kind, plan in _own_plans(plans, provider).items() if plan.model}
 
 
 def _need(bucket: str | None) -> str:
