@@ -1,4 +1,4 @@
-"""Suite-wide guard: no test may reach a real AWS account."""
+"""Suite-wide guard: no test may reach a real AWS account. Also: how pytest-xdist groups the tests."""
 
 from __future__ import annotations
 
@@ -14,6 +14,29 @@ _FAKE_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make pytest` runs on pytest-xdist workers with `--dist loadgroup`: tests that share an expensive
+    fixture are grouped onto one worker so that it is built once, every other test is scheduled alone."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = _shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    path = item.path.relative_to(item.config.rootpath)
+    if path.parts[:2] == ("tests", "infra"):
+        return "infra"  # the session's CDK synths (jsii) are the cost of every infra test
+    info = getattr(item, "_fixtureinfo", None)
+    scopes = {defs[-1].scope for defs in info.name2fixturedefs.values()} if info is not None else set()
+    if scopes & {"module", "class"}:
+        return path.as_posix()  # a module's or a class's local stack, browser or measurement
+    return None
 
 
 @pytest.fixture(autouse=True, scope="session")
