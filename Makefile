@@ -41,10 +41,10 @@ format: bootstrap
 typecheck: bootstrap
 	$(BIN)/mypy cdk cli functions layers tests scripts
 
-## pytest-xdist: one worker per core; tests sharing an expensive fixture (the CDK synths, a module's
-## local stack) run on one worker (tests/conftest.py). PYTEST_WORKERS=0 runs serially.
+## pytest-xdist: one worker per core; each test file runs on one worker (its module's local stack is
+## started once), the infra files together (the CDK synths: tests/conftest.py). PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= auto
-PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
 pytest: bootstrap browser
 	$(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS)

@@ -1,9 +1,10 @@
-"""Suite-wide guard: no test may reach a real AWS account. Also: how pytest-xdist groups the tests."""
+"""Suite-wide guard: no test may reach a real AWS account. Also: how pytest-xdist shares out the tests."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,27 +17,22 @@ _FAKE_AWS = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make pytest` runs on pytest-xdist workers with `--dist loadgroup`: tests that share an expensive
-    fixture are grouped onto one worker so that it is built once, every other test is scheduled alone."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = _shared_fixture_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make pytest` runs on pytest-xdist workers with `--dist loadfile`: each test file goes to one
+    worker, so a module's or a class's fixture (a local stack, a browser, a measurement) is built once;
+    here the infra files also go together, since the session's CDK synths (jsii) are their cost.
+    (xdist's `loadgroup` marks do not group under pytest 9: it renames `item._nodeid`, which pytest 9
+    no longer reads.)"""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
 
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/infra" if path.startswith("tests/infra/") else path
 
-def _shared_fixture_group(item: pytest.Item) -> str | None:
-    path = item.path.relative_to(item.config.rootpath)
-    if path.parts[:2] == ("tests", "infra"):
-        return "infra"  # the session's CDK synths (jsii) are the cost of every infra test
-    info = getattr(item, "_fixtureinfo", None)
-    scopes = {defs[-1].scope for defs in info.name2fixturedefs.values()} if info is not None else set()
-    if scopes & {"module", "class"}:
-        return path.as_posix()  # a module's or a class's local stack, browser or measurement
-    return None
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture(autouse=True, scope="session")
