@@ -41,8 +41,13 @@ format: bootstrap
 typecheck: bootstrap
 	$(BIN)/mypy cdk cli functions layers tests scripts
 
+## pytest-xdist: one worker per core; each test file runs on one worker (its module's local stack is
+## started once), the infra files together (the CDK synths: tests/conftest.py). PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= auto
+PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+
 pytest: bootstrap browser
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## The console's browser tests drive Debian's `chromium`: installed here with apt when missing and
 ## apt is usable (root, or CI); otherwise tests/browser skip and say what is missing.
@@ -55,7 +60,7 @@ browser:
 
 ## The same tests under coverage (branch coverage about doubles the suite's time, so not in `make test`).
 coverage: bootstrap
-	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_XDIST) --cov --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
 
 ## Performance figures as ratios against baselines measured in the same run (prints, asserts nothing).
 bench: bootstrap

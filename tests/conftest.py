@@ -1,9 +1,10 @@
-"""Suite-wide guard: no test may reach a real AWS account."""
+"""Suite-wide guard: no test may reach a real AWS account. Also: how pytest-xdist shares out the tests."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,24 @@ _FAKE_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make pytest` runs on pytest-xdist workers with `--dist loadfile`: each test file goes to one
+    worker, so a module's or a class's fixture (a local stack, a browser, a measurement) is built once;
+    here the infra files also go together, since the session's CDK synths (jsii) are their cost.
+    (xdist's `loadgroup` marks do not group under pytest 9: it renames `item._nodeid`, which pytest 9
+    no longer reads.)"""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/infra" if path.startswith("tests/infra/") else path
+
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -204,14 +204,17 @@ FAST = {"RETRY_BASE_DELAY_SECONDS": "0", "THROTTLE_DELAY_SECONDS": "0", "PROVIDE
 
 
 @contextmanager
-def running_local_stack(folder: Path, values: Mapping[str, str] | None = None) -> Iterator[Any]:
+def running_local_stack(
+    folder: Path, values: Mapping[str, str] | None = None, **options: Any
+) -> Iterator[Any]:
     """A quiet local stack (the `local` stage with FAST retries, and `values` over them) whose info
-    file is in `folder`, with the process state it changes restored afterwards."""
+    file is in `folder`, with the process state it changes restored afterwards; `options` are
+    LocalStack's own (e.g. `long_poll_seconds`)."""
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cli.local_stack import LocalStack
 
     config = load_stage_config("local", {**FAST, **(values or {})})
-    local = LocalStack(config, port=0, info_file=folder / "local.json", log=lambda _line: None)
+    local = LocalStack(config, port=0, info_file=folder / "local.json", log=lambda _line: None, **options)
     with restored_process_state(), local:
         yield local
 

@@ -38,7 +38,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "CRONS": "",  # the test runs the controller itself, on its own clock
         "QUEUE_MAX_CONCURRENCY": "4",
     }
-    with running_local_stack(tmp_path_factory.mktemp("local-aimd"), values) as local:
+    # Idle pollers re-poll every second instead of every 10: the test counts five polls of each of
+    # the two active pollers on an empty queue (inactive ones check every 0.5 s, so any poll of
+    # theirs still shows within the window).
+    with running_local_stack(tmp_path_factory.mktemp("local-aimd"), values, long_poll_seconds=1) as local:
         yield local
 
 
