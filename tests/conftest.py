@@ -27,7 +27,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SharedFixtureScheduling(LoadScopeScheduling):
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return "tests/infra" if path.startswith("tests/infra/") else path
