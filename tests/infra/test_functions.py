@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from moto import mock_aws
 
+from aijobs import runtime
 from aijobs.settings import (
     ApiSettings,
     ConsumerSettings,
@@ -204,3 +207,36 @@ def test_every_function_skips_pydantics_plugin_scan_at_cold_start(dev: Synth) ->
     for logical_id, resource in dev.resources("AWS::Lambda::Function").items():
         variables = resource["Properties"]["Environment"]["Variables"]
         assert variables["PYDANTIC_DISABLE_PLUGINS"] == "__all__", logical_id
+
+
+# What a function's first invocation builds from its environment (settings, provider adapters,
+# clients), by handler. The rest of the suite runs the local provider; the shipped stages run
+# Bedrock and Polly, so their templates are built here as deployed.
+FIRST_INVOCATION_BY_HANDLER: dict[str, Callable[[], object]] = {
+    "api.handler.handler": runtime.api_service,
+    "queue_consumer.handler.handler": runtime.consumer,
+    "dlq_consumer.handler.handler": runtime.dead_letter_consumer,
+    "cron_dispatcher.handler.handler": runtime.cron_context,
+    "webhook_consumer.handler.handler": runtime.webhook_consumer,
+}
+
+
+@pytest.mark.parametrize("fixture", ["dev", "prod"])
+def test_every_function_of_a_shipped_template_builds_from_its_own_environment(
+    fixture: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synth: Synth = request.getfixturevalue(fixture)
+    functions = synth.resources("AWS::Lambda::Function")
+    assert set(FIRST_INVOCATION_BY_HANDLER) == {f["Properties"]["Handler"] for f in functions.values()}
+    with mock_aws():
+        for logical_id, resource in functions.items():
+            props = resource["Properties"]
+            with monkeypatch.context() as patch:
+                for key, value in symbolic_environment(props).items():
+                    patch.setenv(key, value)
+                runtime.reset_runtime()
+                try:
+                    FIRST_INVOCATION_BY_HANDLER[props["Handler"]]()
+                except Exception as error:  # named with the function that failed
+                    pytest.fail(f"{fixture}: {logical_id} fails to build: {error!r}")
+    runtime.reset_runtime()
