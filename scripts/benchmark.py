@@ -621,34 +621,28 @@ FIRST_USE = {
 FIRST_USE_KIND = "summary"
 
 
-def made_up_resources(stage: str = "dev") -> Any:
-    """A shipped stage's resources (`.env.<stage>`, as configured: Bedrock, Polly for speech,
-    the workflow kinds) with made-up names: enough to build each function's settings and clients,
-    never to call AWS."""
+def function_envs() -> dict[str, dict[str, str]]:
+    """Each measured function's environment on the dev stage (`.env.dev` as shipped: Bedrock, Polly
+    for speech, the workflow kinds) with made-up resource names: enough to build its settings and
+    clients, never to call AWS."""
     from aijobs.stage_config import DLQ_SUFFIX, queue_resource_name
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cli.resources import StageResources
 
-    config = load_stage_config(stage)
+    config = load_stage_config("dev")
     account = "arn:aws:sqs:us-east-1:123456789012"
     urls = "https://sqs.us-east-1.amazonaws.com/123456789012"
-    names = {kind: queue_resource_name(stage, kind) for kind in config.queue_names}
-    return StageResources(
-        config=config, region="us-east-1", meta_table=f"aijobs-{stage}-meta",
-        shard_tables=[f"aijobs-{stage}-shard-{i}" for i in range(config.shard_count)],
-        bucket=f"aijobs-{stage}-jobs", topic_arn=f"arn:aws:sns:us-east-1:123456789012:aijobs-{stage}-alerts",
+    names = {kind: queue_resource_name("dev", kind) for kind in config.queue_names}
+    resources = StageResources(
+        config=config, region="us-east-1", meta_table="aijobs-dev-meta",
+        shard_tables=[f"aijobs-dev-shard-{i}" for i in range(config.shard_count)],
+        bucket="aijobs-dev-jobs", topic_arn="arn:aws:sns:us-east-1:123456789012:aijobs-dev-alerts",
         queue_urls={kind: f"{urls}/{name}" for kind, name in names.items()},
         queue_arns={kind: f"{account}:{name}" for kind, name in names.items()},
         dlq_urls={kind: f"{urls}/{name}{DLQ_SUFFIX}" for kind, name in names.items()},
         dlq_arns={kind: f"{account}:{name}{DLQ_SUFFIX}" for kind, name in names.items()},
-        webhook_queue_url=f"{urls}/aijobs-{stage}-webhooks",
-        webhook_dlq_url=f"{urls}/aijobs-{stage}-webhooks-dlq",
+        webhook_queue_url=f"{urls}/aijobs-dev-webhooks", webhook_dlq_url=f"{urls}/aijobs-dev-webhooks-dlq",
     )  # fmt: skip
-
-
-def function_envs() -> dict[str, dict[str, str]]:
-    """Each measured function's environment on the dev stage (made_up_resources)."""
-    resources = made_up_resources("dev")
     return {
         "api": resources.api_env(),
         "queue_consumer": resources.consumer_env(FIRST_USE_KIND),
