@@ -26,7 +26,33 @@ def load_stage_config(
             values[key] = str(value)
     config = parse_stage_config(stage, values)
     check_registrations(config)
+    # A narrower `-c QUEUE_NAMES=...` is a deliberate choice of this synth; the file must account
+    # for every declared kind.
+    if not (context or {}).get("QUEUE_NAMES"):
+        check_declared_kinds(config, env_file.name)
     return config
+
+
+def check_declared_kinds(config: StageConfig, source: str) -> None:
+    """Every declared kind is deployed (QUEUE_NAMES) or skipped on purpose (SKIP_KINDS), so a kind
+    added to aijobs/kinds/ is never silently missing from a stage; a skipped name must be declared."""
+    from aijobs.kinds.registry import declared, kind
+
+    queued = [name for name in declared() if not getattr(kind(name), "sync", False)]
+    missing = [name for name in queued if name not in config.queue_names and name not in config.skip_kinds]
+    if missing:
+        raise ConfigError(
+            f"{source}: kinds {missing} are declared (aijobs/kinds/) but stage {config.stage!r} neither "
+            "deploys them (QUEUE_NAMES) nor skips them (SKIP_KINDS): add each to one of the two"
+        )
+    unknown = [name for name in config.skip_kinds if name not in queued]
+    if unknown:
+        raise ConfigError(
+            f"{source}: SKIP_KINDS names kinds that are not declared (aijobs/kinds/): {unknown}"
+        )
+    both = [name for name in config.skip_kinds if name in config.queue_names]
+    if both:
+        raise ConfigError(f"{source}: kinds {both} are both in QUEUE_NAMES and in SKIP_KINDS")
 
 
 def check_registrations(config: StageConfig) -> None:
@@ -38,7 +64,8 @@ def check_registrations(config: StageConfig) -> None:
     queues = [name for name in config.queue_names if name not in QUEUE_HANDLERS]
     if queues:
         raise ConfigError(
-            f"QUEUE_NAMES {queues} have no handler in aijobs/consumer/registry.py (QUEUE_HANDLERS)"
+            f"QUEUE_NAMES {queues} are neither declared kinds (aijobs/kinds/<name>.py) nor workflows "
+            "(aijobs/workflows/registry.py)"
         )
     crons = [cron.text for cron in config.crons if cron.text not in SCHEDULED_HANDLERS]
     if crons:

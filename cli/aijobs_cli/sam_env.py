@@ -357,9 +357,20 @@ def local_overrides(variables: Mapping[str, str], endpoint: str) -> dict[str, st
     if "PROVIDER" in variables:
         overrides["PROVIDER"] = LOCAL_PROVIDER
     if variables.get("KIND_PROVIDERS"):
-        kinds = [pair.split("=", 1)[0] for pair in variables["KIND_PROVIDERS"].split(";") if pair]
-        overrides["KIND_PROVIDERS"] = ";".join(f"{kind}={LOCAL_PROVIDER}" for kind in kinds)
+        overrides.update(_local_plans(variables["KIND_PROVIDERS"]))
     return overrides
+
+
+def _local_plans(kind_providers: str) -> dict[str, str]:
+    """The same kinds planned on the local provider: its models (as the local stage plans them),
+    no allow-lists and the local fallbacks the kinds declare."""
+    from aijobs.provider_plan import kind_pairs, parse_provider_plan, plans_setting
+    from aijobs.workflows.registry import workflow_children
+
+    kinds = tuple(kind for kind in kind_pairs("KIND_PROVIDERS", kind_providers) if kind != "classify")
+    children = {kind: child for kind, child in workflow_children().items() if kind in kinds}
+    plans = parse_provider_plan(stage="local", kinds=kinds, default_provider=LOCAL_PROVIDER, inherit=children)
+    return plans_setting(plans)
 
 
 def declare_endpoint(template: Mapping[str, Any]) -> dict[str, Any]:

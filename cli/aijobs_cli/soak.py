@@ -37,12 +37,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aijobs import aws, runtime
 from aijobs.consumer.dispatcher import Consumer
 from aijobs.domain import QueueMessage, utcnow
-from aijobs.providers.base import Classification, Provider, ProviderRequest, ProviderResult
+from aijobs.providers.base import (
+    EmbeddingRequest,
+    EmbeddingResult,
+    ImageRequest,
+    ImageResult,
+    Provider,
+    ProviderResult,
+    SpeechRequest,
+    TextRequest,
+    TextResult,
+    VideoRequest,
+)
 from aijobs.providers.local import SimulatedCrash
 from aijobs.settings import ConsumerSettings
 from aijobs.store.dead_letter_records import list_dead_letters
@@ -211,23 +222,40 @@ class CountingProvider:
 
     def __init__(self, inner: Provider, runs: ProviderRuns) -> None:
         self.name = inner.name
+        self.capabilities = inner.capabilities
         self._inner = inner
         self._runs = runs
 
-    def run(self, request: ProviderRequest) -> ProviderResult:
+    def _counted(self, method: str, request: Any) -> Any:
+        job_id = request.call.job_id
         try:
-            result = self._inner.run(request)
+            result = getattr(self._inner, method)(request)
         except SimulatedCrash:
-            self._runs.record(request.job_id, "crash")
+            self._runs.record(job_id, "crash")
             raise
         except Exception:
-            self._runs.record(request.job_id, "error")
+            self._runs.record(job_id, "error")
             raise
-        self._runs.record(request.job_id, result.status)
+        self._runs.record(job_id, getattr(result, "status", "succeeded"))
         return result
 
-    def classify(self, text: str) -> Classification:
-        return self._inner.classify(text)
+    def generate_text(self, request: TextRequest) -> TextResult:
+        return cast(TextResult, self._counted("generate_text", request))
+
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        return cast(EmbeddingResult, self._counted("embed", request))
+
+    def generate_image(self, request: ImageRequest) -> ImageResult:
+        return cast(ImageResult, self._counted("generate_image", request))
+
+    def synthesize_speech(self, request: SpeechRequest) -> ProviderResult:
+        return cast(ProviderResult, self._counted("synthesize_speech", request))
+
+    def start_video(self, request: VideoRequest) -> ProviderResult:
+        return cast(ProviderResult, self._counted("start_video", request))
+
+    def check_video(self, request: VideoRequest) -> ProviderResult:
+        return cast(ProviderResult, self._counted("check_video", request))
 
 
 @contextmanager

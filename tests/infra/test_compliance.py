@@ -80,7 +80,10 @@ def test_stack_outputs_cover_api_queues_tables_bucket_and_alerts(dev: Synth) -> 
     ("context", "message"),
     [
         ({"QUEUE_NAMES": "summary;Image_Gen"}, "'Image_Gen'"),
-        ({"QUEUE_NAMES": "summary;translate", "KIND_PRICES": ""}, r"\['translate'\] have no handler"),
+        (
+            {"QUEUE_NAMES": "summary;no-such-kind", "KIND_PRICES": ""},
+            r"\['no-such-kind'\] are neither declared kinds",
+        ),
         ({"CRONS": "*/10 * * * *;0 3 * * MON-FRI"}, r"CRONS \['0 3 \* \* MON-FRI'\] have no handler"),
         ({"QUEUE_NAMES": "x" * 70, "KIND_PRICES": ""}, "too long"),
         ({"CRONS": "*/10 * * * *;0 0 1 * 1"}, "0 0 1 \\* 1"),

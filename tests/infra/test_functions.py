@@ -18,7 +18,7 @@ from aijobs.settings import (
     FunctionSettings,
     WebhookSettings,
 )
-from aijobs_cdk.constructs.model_access import POLLY_ACTIONS
+from aijobs_cdk.constructs.model_access import MARKETPLACE_ACTIONS, POLLY_ACTIONS
 from aijobs_cdk.constructs.schedules import INVOKE_RETRY_ATTEMPTS
 from tests.infra.template import Synth, symbolic_environment, target_id
 
@@ -38,6 +38,8 @@ UNSCOPED_ACTIONS = {
     "xray:PutTelemetryRecords",
     "lambda:ListEventSourceMappings",
     *POLLY_ACTIONS,
+    # Bedrock's first call of a Marketplace model (Stability AI, Luma) subscribes the account.
+    *MARKETPLACE_ACTIONS,
 }
 
 

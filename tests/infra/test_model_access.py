@@ -38,17 +38,42 @@ def test_each_bedrock_consumer_may_invoke_only_its_kinds_models(dev: Synth) -> N
     # A cross-region inference profile: the profile and the one model it routes to.
     assert "inference-profile/us.amazon.nova-lite-v1:0" in summary["bedrock:InvokeModel"]
     assert "foundation-model/amazon.nova-lite-v1:0" in summary["bedrock:InvokeModel"]
-    assert "nova-canvas" not in summary["bedrock:InvokeModel"]
+    assert "stability" not in summary["bedrock:InvokeModel"]
+    # Its fallback model too (aijobs/kinds/summary.py).
+    assert "inference-profile/us.amazon.nova-pro-v1:0" in summary["bedrock:InvokeModel"]
     image = _granted(dev, _consumer(dev, "image-generate"), "bedrock:")
-    assert "foundation-model/amazon.nova-canvas-v1:0" in image["bedrock:InvokeModel"]
+    assert "foundation-model/stability.stable-image-core-v1:1" in image["bedrock:InvokeModel"]
     assert "nova-lite" not in image["bedrock:InvokeModel"]
+
+
+def test_every_deployed_kind_may_call_exactly_the_models_its_plan_names(dev: Synth) -> None:
+    """The IAM part of every declared kind's contract, read from the stage's plans."""
+    from aijobs_cdk.stage import load_stage_config
+
+    config = load_stage_config("dev")
+    for kind in config.queue_names:
+        plan = config.plan(kind)
+        models = list(plan.choosable_models) if plan.provider == "bedrock" else []
+        models += [model for provider, model in plan.chain[1:] if provider == "bedrock" and model]
+        granted = _granted(dev, _consumer(dev, kind), "bedrock:").get("bedrock:InvokeModel", "")
+        for model in models:
+            base = model.split(".", 1)[1] if model.startswith(("us.", "global.", "eu.")) else model
+            assert f"foundation-model/{base}" in granted, (kind, model)
+        if not models:
+            assert granted == "", kind
+
+
+def test_marketplace_models_may_subscribe_and_first_party_ones_need_not(dev: Synth) -> None:
+    image = _granted(dev, _consumer(dev, "image-generate"), "aws-marketplace:")
+    assert set(image) == {"aws-marketplace:ViewSubscriptions", "aws-marketplace:Subscribe"}
+    assert _granted(dev, _consumer(dev, "summary"), "aws-marketplace:") == {}
 
 
 def test_the_video_consumer_may_start_and_read_its_async_invocations(dev: Synth) -> None:
     video = _granted(dev, _consumer(dev, "video-generate"), "bedrock:")
     # StartAsyncInvoke is authorized by bedrock:InvokeModel; IAM has no bedrock:StartAsyncInvoke.
     assert set(video) == {"bedrock:InvokeModel", "bedrock:GetAsyncInvoke"}
-    assert "foundation-model/amazon.nova-reel-v1:0" in video["bedrock:InvokeModel"]
+    assert "foundation-model/luma.ray-v2:0" in video["bedrock:InvokeModel"]
     assert "async-invoke/*" in video["bedrock:GetAsyncInvoke"]
 
 

@@ -19,7 +19,17 @@ from aijobs.consumer.dispatcher import Consumer
 from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.ids import new_job_id
-from aijobs.providers.base import ProviderRequest, ProviderResult
+from aijobs.providers.base import (
+    EmbeddingRequest,
+    EmbeddingResult,
+    ImageRequest,
+    ImageResult,
+    ProviderResult,
+    SpeechRequest,
+    TextRequest,
+    TextResult,
+    VideoRequest,
+)
 from aijobs.providers.local import LocalProvider
 from aijobs.queues import JobQueues
 from aijobs.settings import ConsumerSettings, DlqSettings
@@ -57,12 +67,46 @@ class CountingProvider(LocalProvider):
         self.calls: dict[str, int] = {}
         self.before_run: Any = None
 
-    def run(self, request: ProviderRequest) -> ProviderResult:
-        self.calls[request.job_id] = self.calls.get(request.job_id, 0) + 1
+    def after(self, result: Any) -> Any:
+        """What a call answers (subclasses rewrite it: another model, usage or cost)."""
+        return result
+
+    def _count(self, request: Any) -> None:
+        job_id = request.call.job_id
+        self.calls[job_id] = self.calls.get(job_id, 0) + 1
         if self.before_run is not None:
             hook, self.before_run = self.before_run, None
             hook(request)
-        return super().run(request)
+
+    def generate_text(self, request: TextRequest) -> TextResult:
+        self._count(request)
+        result: TextResult = self.after(super().generate_text(request))
+        return result
+
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        self._count(request)
+        result: EmbeddingResult = self.after(super().embed(request))
+        return result
+
+    def generate_image(self, request: ImageRequest) -> ImageResult:
+        self._count(request)
+        result: ImageResult = self.after(super().generate_image(request))
+        return result
+
+    def synthesize_speech(self, request: SpeechRequest) -> ProviderResult:
+        self._count(request)
+        result: ProviderResult = self.after(super().synthesize_speech(request))
+        return result
+
+    def start_video(self, request: VideoRequest) -> ProviderResult:
+        self._count(request)
+        result: ProviderResult = self.after(super().start_video(request))
+        return result
+
+    def check_video(self, request: VideoRequest) -> ProviderResult:
+        self._count(request)
+        result: ProviderResult = self.after(super().check_video(request))
+        return result
 
 
 @dataclass

@@ -113,7 +113,7 @@ def test_post_job_writes_a_queued_row_sends_a_reference_and_answers_202(api: Api
 
 def test_the_queue_message_never_carries_input_options_or_secrets(api: Api) -> None:
     secret_text = "my private prompt with sk-live-123"
-    api.submit(input=secret_text, options={"sentences": 1, "apiKey": "sk-live-123"})
+    api.submit(input=secret_text, options={"sentences": 1})
     (raw,) = api.stage.receive(api.stage.resources.queue_urls["summary"])
     assert set(json.loads(raw["Body"])) == {"jobId", "userId", "kind"}
     assert "sk-live" not in raw["Body"]
@@ -161,9 +161,10 @@ def test_full_path_post_consume_get_shows_the_result(api: Api) -> None:
     assert status == 200
     assert body["status"] == "succeeded"
     assert body["attempts"] == 1
-    assert body["model"] == "local-summary-1"
-    assert body["result"]["sentences"] == 1
+    assert body["model"] == "local-text-1"
     assert body["result"]["summary"] in TEXT
+    # The kind's `sentences` option reached the model (its system text): one sentence.
+    assert body["result"]["summary"].count(". ") == 0
     assert body["resultRef"] == f"results/{job_id}/main/result.json"
     assert body["resultUrl"].startswith("https://")
     assert body["finishedAt"] is not None
@@ -202,7 +203,7 @@ def test_classify_answers_synchronously(api: Api) -> None:
     status, _h, body = api.call("api-post-classify.json")
     assert status == 200
     assert body["label"] in {"positive", "negative", "neutral", "question"}
-    assert body["model"] == "local-classifier-1"
+    assert body["model"] == "local-text-1"
     assert _queued(api.stage) == []
 
 
@@ -239,7 +240,7 @@ def test_missing_or_invalid_api_key_is_401(api: Api, authorization: str | None, 
         ({"body": {"kind": "summary"}}, 422, "validation_error"),
         ({"body": {"kind": "summary", "input": "a", "inputRef": "inputs/alice/x"}}, 422, "validation_error"),
         ({"body": {"kind": "summary", "input": "a", "surprise": 1}}, 422, "validation_error"),
-        ({"body": {"kind": "translate", "input": "a"}}, 422, "unknown_kind"),
+        ({"body": {"kind": "no-such-kind", "input": "a"}}, 422, "unknown_kind"),
         ({"body": {"kind": "summary", "input": "x" * 20_000}}, 413, "input_too_large"),
         ({"body": {"kind": "image-caption", "inputRef": "inputs/bob/cat.png"}}, 422, "invalid_input_ref"),
         (

@@ -32,10 +32,10 @@ def test_deeply_nested_json_is_refused_before_parsing(api: Api, levels: int) -> 
 
 def test_nesting_within_the_limit_is_accepted(api: Api) -> None:
     deep: Any = "x"
-    for _ in range(MAX_JSON_DEPTH - 2):  # the body and `options` are two levels
+    for _ in range(MAX_JSON_DEPTH - 2):  # the body and `input` are two levels
         deep = [deep]
     status, _h, body = api.call(
-        "api-post-jobs.json", body={"kind": "summary", "input": "a", "options": {"d": deep}}
+        "api-post-jobs.json", body={"kind": "summary", "input": {"text": "a", "d": deep}}
     )
     assert status == 202, body
 

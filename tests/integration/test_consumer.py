@@ -11,7 +11,6 @@ import pytest
 
 from aijobs.domain import JobStatus
 from aijobs.errors import ProviderAuthError
-from aijobs.providers.base import ProviderRequest
 from aijobs_cli.esm import LambdaContext, sqs_record
 from tests.integration.harness import Stage, load_event
 
@@ -41,7 +40,7 @@ def test_a_job_succeeds_with_its_result_stored_under_its_id(stage: Stage) -> Non
     row = stage.job(job)
     assert row.status is JobStatus.SUCCEEDED
     assert row.attempts == 1
-    assert row.model == "local-summary-1"
+    assert row.model == "local-text-1"
     assert row.result_ref == f"results/{job.job_id}/main/result.json"
     assert row.result["output"]["summary"]
     stored = boto3.client("s3").get_object(Bucket=stage.resources.bucket, Key=row.result_ref)
@@ -202,7 +201,7 @@ def test_two_concurrent_batches_with_one_job_run_the_provider_once(stage: Stage)
     second = stage.receive(stage.resources.queue_urls["summary"], count=1)
     responses: list[Any] = []
 
-    def deliver_second_batch_meanwhile(_request: ProviderRequest) -> None:
+    def deliver_second_batch_meanwhile(_request: Any) -> None:
         # While batch one holds the claim, batch two arrives on another consumer instance.
         other = stage.consumer("summary")
         responses.append(other.handle(_event(stage, "summary", second), LambdaContext("fn-2")))
@@ -257,13 +256,13 @@ def test_a_provider_still_running_is_rechecked_without_spending_attempts(stage: 
 
 
 def test_while_awaiting_its_provider_a_job_stays_running_with_a_recheck_message(stage: Stage) -> None:
-    job = stage.submit("alice", "summary", "#running:1 " + TEXT)
-    stage.mapping("summary").poll_once()
+    job = stage.submit("alice", "tts-generate", "#running:1 " + TEXT)
+    stage.mapping("tts-generate").poll_once()
     row = stage.job(job)
     assert (row.status, row.awaiting_provider, row.attempts) == (JobStatus.RUNNING, True, 1)
-    (recheck,) = stage.receive(stage.resources.queue_urls["summary"])
+    (recheck,) = stage.receive(stage.resources.queue_urls["tts-generate"])
     body = json.loads(recheck["Body"])
-    assert body == {"jobId": job.job_id, "userId": "alice", "kind": "summary", "check": row.recheck_id}
+    assert body == {"jobId": job.job_id, "userId": "alice", "kind": "tts-generate", "check": row.recheck_id}
     assert row.recheck_id
     assert recheck["Attributes"]["ApproximateReceiveCount"] == "1"
 

@@ -107,7 +107,7 @@ def test_each_job_logs_structured_lines_with_its_id_as_correlation_id(
         )  # fmt: skip
     assert (retried["attempt"], retried["errorClass"]) == (1, "transient")
     assert succeeded["attempt"] == 2
-    assert succeeded["model"] == "local-summary-1"
+    assert succeeded["model"] == "local-text-1"
     assert succeeded["durationMs"] >= 0
     assert all("private" not in json.dumps(line) for line in lines)
 

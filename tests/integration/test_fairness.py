@@ -17,7 +17,8 @@ from aijobs.observability import METRIC_TENANT_HELD
 from aijobs.store.tenants import PROFILE_CACHE_SECONDS
 from tests.integration.harness import Stage
 
-KIND = "summary"
+# Speech is asynchronous on the local provider: `#running:N` keeps its task going.
+KIND = "tts-generate"
 RUNS_FOREVER = "#running:1000 A long task."
 
 

@@ -27,8 +27,8 @@ LONG_TASK = "#running:1000 A long task the provider keeps working on."
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
     values = {
-        "QUEUE_NAMES": "summary",
-        "KIND_PRICES": "summary:1",
+        "QUEUE_NAMES": "tts-generate",
+        "KIND_PRICES": "tts-generate:1",
         "CRONS": "",
         "PROVIDER_RECHECK_SECONDS": "900",  # A's tasks stay running through the test
         "TENANT_MAX_RUNNING": "1",
@@ -54,10 +54,10 @@ def test_the_local_stack_caps_a_tenant_and_long_polls_another_tenants_job(stack:
 
     flood = []
     for _ in range(3):
-        response = tenant_a.request("POST", "/jobs", {"kind": "summary", "input": LONG_TASK})
+        response = tenant_a.request("POST", "/jobs", {"kind": "tts-generate", "input": LONG_TASK})
         assert response.status == 202, response.body
         flood.append(str(response.body["jobId"]))
-    response = tenant_b.request("POST", "/jobs", {"kind": "summary", "input": "One short summary."})
+    response = tenant_b.request("POST", "/jobs", {"kind": "tts-generate", "input": "One short summary."})
     assert response.status == 202, response.body
     single = str(response.body["jobId"])
 

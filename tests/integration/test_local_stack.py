@@ -81,7 +81,7 @@ def test_a_permanent_failure_is_final(client: Target) -> None:
 
 
 def test_a_long_running_provider_succeeds_without_extra_attempts(client: Target) -> None:
-    job = _wait(client, _submit(client, "summary", "#running:3 " + TEXT))
+    job = _wait(client, _submit(client, "tts-generate", "#running:3 " + TEXT))
     assert (job["status"], job["attempts"]) == ("succeeded", 1)
 
 

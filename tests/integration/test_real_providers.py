@@ -112,14 +112,9 @@ def _stubbed_bedrock(consumer: Consumer, stage: Stage) -> Stubber:
     assert isinstance(consumer.provider, BedrockProvider)  # what the stage's plan built
     bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", config=client_config())
     plans = ConsumerSettings.from_env(stage.resources.consumer_env("summary")).plans
-    consumer.provider = BedrockProvider(
-        models={
-            kind: plan.model for kind, plan in plans.items() if plan.provider == "bedrock" and plan.model
-        },
-        allowed_models={kind: plan.choosable_models for kind, plan in plans.items()},
-        bucket=stage.resources.bucket,
-        client=bedrock,
-    )
+    # The consumer runs the plan's model; the adapter only calls the one each request names.
+    assert consumer.model == plans["summary"].model
+    consumer.provider = BedrockProvider(bucket=stage.resources.bucket, client=bedrock)
     return Stubber(bedrock)
 
 

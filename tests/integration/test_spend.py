@@ -9,7 +9,6 @@ import pytest
 
 from aijobs import observability, pricing
 from aijobs.domain import JobStatus
-from aijobs.providers.base import ProviderRequest, ProviderResult
 from tests.integration.harness import CountingProvider, Stage
 
 pytestmark = pytest.mark.integration
@@ -27,8 +26,7 @@ class PricedProvider(CountingProvider):
         self._model = model
         self._usage = usage
 
-    def run(self, request: ProviderRequest) -> ProviderResult:
-        result = super().run(request)
+    def after(self, result: Any) -> Any:
         return result.model_copy(update={"model": self._model, "usage": self._usage, "cost": None})
 
 
@@ -112,16 +110,16 @@ def test_an_unpriced_model_still_succeeds_without_cost_or_metric(
     assert warnings == ["model not in the price table (model_prices.json): job cost unknown"]
 
 
-def test_images_are_priced_by_the_jobs_size_and_quality_options(
+def test_images_are_priced_by_the_size_the_adapter_reports(
     stage: Stage, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    stage.provider = PricedProvider("openai", "dall-e-3", {"images": 2})
-    options = {"size": "1792x1024", "quality": "hd"}
-    job = stage.submit("alice", "image-generate", "a red lighthouse", options=options)
+    # Two 1792x1024 images, the size DALL-E 3 makes for 16:9 (the adapter reports it).
+    stage.provider = PricedProvider("openai", "dall-e-3", {"images": 2, "imagePixels": 1792 * 1024})
+    job = stage.submit("alice", "image-generate", "a red lighthouse", options={"aspectRatio": "16:9"})
     list(stage.drain("image-generate"))
 
     row = stage.job(job)
     assert row.status is JobStatus.SUCCEEDED
-    assert row.cost == pytest.approx(0.24)  # 2 hd images of 1792x1024 at $0.12
+    assert row.cost == pytest.approx(0.16)  # 2 standard images of 1792x1024 at $0.08
     (line,) = _emf(capfd.readouterr().out, "ModelSpend")
     assert (line["kind"], line["model"]) == ("image-generate", "dall-e-3")

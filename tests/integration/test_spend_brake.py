@@ -16,7 +16,6 @@ import pytest
 from aijobs import runtime
 from aijobs.consumer.dispatcher import Consumer
 from aijobs.domain import JobStatus
-from aijobs.providers.base import ProviderRequest, ProviderResult
 from aijobs.settings import ConsumerSettings
 from aijobs.store.spend import SpendRecords
 from aijobs_cli.esm import LambdaContext
@@ -28,8 +27,8 @@ COST = 0.6  # USD each job reports: two jobs pass a 1 USD cap
 
 
 class PricedProvider(CountingProvider):
-    def run(self, request: ProviderRequest) -> ProviderResult:
-        return super().run(request).model_copy(update={"cost": COST})
+    def after(self, result: Any) -> Any:
+        return result.model_copy(update={"cost": COST})
 
 
 @pytest.fixture

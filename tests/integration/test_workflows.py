@@ -16,7 +16,8 @@ from aijobs import aws, runtime
 from aijobs.domain import Job, JobStatus
 from aijobs.errors import InvalidInputError
 from aijobs.operator import Operator
-from aijobs.providers.base import ProviderRequest
+from aijobs.providers.base import Call as ProviderCall
+from aijobs.providers.base import EmbeddingRequest
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronRun
 from aijobs.scheduled.sweeper import run_sweeper
@@ -120,21 +121,21 @@ def net_charge(stage: Stage, job_id: str) -> int:
     return charged
 
 
-def record_steps(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> list[ProviderRequest]:
-    """Every provider request from now on (the merge's calls carry the parent's id and a step)."""
-    seen: list[ProviderRequest] = []
-    real_run = stage.provider.run
+def record_steps(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every text request from now on (the merge's calls carry the parent's id and a step)."""
+    seen: list[Any] = []
+    real = stage.provider.generate_text
 
-    def run(request: ProviderRequest) -> Any:
+    def generate_text(request: Any) -> Any:
         seen.append(request)
-        return real_run(request)
+        return real(request)
 
-    monkeypatch.setattr(stage.provider, "run", run)
+    monkeypatch.setattr(stage.provider, "generate_text", generate_text)
     return seen
 
 
-def merges(seen: list[ProviderRequest], job_id: str) -> list[ProviderRequest]:
-    return [request for request in seen if request.job_id == job_id and request.step == "merge"]
+def merges(seen: list[Any], job_id: str) -> list[Any]:
+    return [request for request in seen if request.call.job_id == job_id and request.call.step == "merge"]
 
 
 def submit(api: Call, body: dict[str, Any]) -> str:
@@ -215,12 +216,13 @@ def test_report_summarizes_every_chunk_then_the_summaries(
     # Each chunk was summarized once. The chunk summaries joined are longer than a chunk, so the
     # merge summarized them in groups no longer than a chunk first, then once over the results.
     assert all(stage.provider.calls[kid.job_id] == 1 for kid in kids)
-    parent_calls = [request for request in seen if request.job_id == job_id]
+    parent_calls = [request for request in seen if request.call.job_id == job_id]
     assert len(parent_calls) >= 3
-    assert [request.step for request in parent_calls][-1] == "merge"
-    assert all(request.step.startswith("merge-0-") for request in parent_calls[:-1])
-    assert all(request.kind == "summary" for request in parent_calls)
-    assert all(len(str(request.input)) <= 600 for request in parent_calls)
+    assert [request.call.step for request in parent_calls][-1] == "merge"
+    assert all(request.call.step.startswith("merge-0-") for request in parent_calls[:-1])
+    # Every merge call is a summary (the child kind's system text), of at most a chunk.
+    assert all("You summarise documents" in (request.system or "") for request in parent_calls)
+    assert all(len(request.prompt) <= 600 for request in parent_calls)
     # Credits: report 3 + summary 2 per chunk, exactly.
     assert net_charge(stage, job_id) == 3 + 2 * total
     assert before - balance(stage) == 3 + 2 * total
@@ -280,12 +282,14 @@ def test_embedding_batch_writes_one_jsonl_object_with_ids_in_order(stage: Stage,
     assert [row["id"] for row in rows] == [f"doc-{n}" for n in range(230)]
     assert all(len(row["embedding"]) == 16 for row in rows)
     # The vector of a document is the one its text gets on its own (pages keep the order).
-    single = stage.provider.run(
-        ProviderRequest(
-            job_id="x", kind="embedding", input="document number 42 about thing 0", options={"dimensions": 16}
+    single = stage.provider.embed(
+        EmbeddingRequest(
+            call=ProviderCall(job_id="x", model="local-embedding-1"),
+            texts=("document number 42 about thing 0",),
+            dimensions=16,
         )
     )
-    assert rows[42]["embedding"] == single.output["vector"]
+    assert rows[42]["embedding"] == list(single.vectors[0])
     _, view = api("GET", f"/jobs/{job_id}")
     assert output["object"] in [artifact["key"] for artifact in view["artifacts"]]
     assert net_charge(stage, job_id) == 1 + 1 * 10
@@ -294,7 +298,7 @@ def test_embedding_batch_writes_one_jsonl_object_with_ids_in_order(stage: Stage,
 def test_image_batch_makes_a_manifest_of_artifacts(stage: Stage, api: Call) -> None:
     prompts = [f"a small red square number {n}" for n in range(6)]
     job_id = submit(
-        api, {"kind": "image-batch", "input": {"prompts": prompts}, "options": {"width": 16, "height": 16}}
+        api, {"kind": "image-batch", "input": {"prompts": prompts}, "options": {"aspectRatio": "1:1"}}
     )
     run_until_idle(stage)
     _, view = api("GET", f"/jobs/{job_id}")
@@ -738,14 +742,14 @@ def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_a
     stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = {"on": True}
-    real_run = stage.provider.run
+    real = stage.provider.generate_image
 
-    def provider(request: ProviderRequest) -> Any:
-        if broken["on"] and request.input == "a flaky prompt":
+    def provider(request: Any) -> Any:
+        if broken["on"] and request.prompt == "a flaky prompt":
             raise InvalidInputError("the model refused this prompt today")
-        return real_run(request)
+        return real(request)
 
-    monkeypatch.setattr(stage.provider, "run", provider)
+    monkeypatch.setattr(stage.provider, "generate_image", provider)
     job_id = submit(
         api, {"kind": "image-batch", "input": {"prompts": ["one", "a flaky prompt", "three", "four"]}}
     )

@@ -160,7 +160,7 @@ DEFERRED = {
     "aijobs.settings.cron": ("CronSettings",),
     "aijobs.api.schemas": ("JobRequest", "JobView", "ErrorBody"),
     "aijobs.api.admin_schemas": ("AdminJobDetail", "BatchRerunRequest"),
-    "aijobs.providers.base": ("ProviderRequest", "ProviderResult"),
+    "aijobs.providers.base": ("Call", "TextRequest", "ProviderResult"),
 }
 
 

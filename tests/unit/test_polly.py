@@ -9,7 +9,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
@@ -21,9 +21,15 @@ from aijobs.errors import (
     ThrottledError,
     TransientProviderError,
 )
-from aijobs.providers.base import Provider, ProviderRequest
+from aijobs.providers.base import Call, Provider, SpeechRequest
 from aijobs.providers.failures import TimeoutProviderError
-from aijobs.providers.polly import MAX_SYNC_CHARS, PollyProvider, UnconfirmedStartError, client_config
+from aijobs.providers.polly import (
+    MAX_SYNC_CHARS,
+    MAX_TASK_CHARS,
+    PollyProvider,
+    UnconfirmedStartError,
+    client_config,
+)
 
 BUCKET = "aijobs-dev-stage"
 JOB = "01JDXK5Q7R8S9T0V1W2X3Y4Z5A"
@@ -39,7 +45,19 @@ def client() -> Any:
 
 
 @pytest.fixture
-def stub(client: Any) -> Iterator[Stubber]:
+def sent(client: Any) -> list[str]:
+    """The operations the adapter called, in order (recorded before the Stubber answers)."""
+    operations: list[str] = []
+
+    def record(model: Any, **_: Any) -> None:
+        operations.append(model.name)
+
+    client.meta.events.register("provide-client-params.polly", record)
+    return operations
+
+
+@pytest.fixture
+def stub(client: Any, sent: list[str]) -> Iterator[Stubber]:
     with Stubber(client) as stubber:
         yield stubber
         stubber.assert_no_pending_responses()
@@ -50,19 +68,24 @@ def provider(client: Any) -> PollyProvider:
     return PollyProvider(bucket=BUCKET, client=client)
 
 
-def request(input: Any = SHORT, **fields: Any) -> ProviderRequest:
-    return ProviderRequest(job_id=JOB, kind="tts-generate", input=input, **fields)
+def speech(
+    text: str = SHORT, *, step: str = "main", handle: str | None = None, checks: int = 0, **fields: Any
+) -> SpeechRequest:
+    call = Call(job_id=JOB, step=step, model="polly", handle=handle, checks=checks)
+    return SpeechRequest(call=call, text=text, **fields)
 
 
 def speech_answer(
-    audio: bytes = AUDIO, content_type: str = "audio/mpeg", characters: int = 51
+    audio: bytes = AUDIO, content_type: str = "audio/mpeg", characters: int | None = 51
 ) -> dict[str, Any]:
     """A SynthesizeSpeech response as documented (AudioStream, ContentType, RequestCharacters)."""
-    return {
+    answer: dict[str, Any] = {
         "AudioStream": StreamingBody(io.BytesIO(audio), len(audio)),
         "ContentType": content_type,
-        "RequestCharacters": characters,
     }
+    if characters is not None:
+        answer["RequestCharacters"] = characters
+    return answer
 
 
 def task(status: str, **extra: Any) -> dict[str, Any]:
@@ -93,7 +116,7 @@ def sync_params(**overrides: str) -> dict[str, Any]:
     } | overrides
 
 
-def start_params(text: str = LONG) -> dict[str, Any]:
+def start_params(text: str = LONG, step: str = "main", **overrides: str) -> dict[str, Any]:
     return {
         "Text": text,
         "VoiceId": "Joanna",
@@ -101,26 +124,54 @@ def start_params(text: str = LONG) -> dict[str, Any]:
         "OutputFormat": "mp3",
         "TextType": "text",
         "OutputS3BucketName": BUCKET,
-        "OutputS3KeyPrefix": f"results/{JOB}/main/",
-    }
+        "OutputS3KeyPrefix": f"results/{JOB}/{step}/",
+    } | overrides
 
 
-def test_satisfies_the_provider_protocol(provider: PollyProvider) -> None:
+def raise_on_send(client: Any, operation: str, error: Exception) -> None:
+    def handler(**_: Any) -> None:
+        raise error
+
+    client.meta.events.register(f"before-send.polly.{operation}", handler)
+
+
+def test_is_the_speech_provider(provider: PollyProvider) -> None:
     typed: Provider = provider
     assert typed.name == "polly"
+    assert typed.capabilities == frozenset({"speech"})
 
 
 def test_client_config_leaves_retries_to_the_queue() -> None:
     config: Any = client_config()
     assert config.retries == {"max_attempts": 1, "mode": "standard"}
     assert (config.connect_timeout, config.read_timeout) == (3, 30)
+    custom: Any = client_config(connect_timeout=1, read_timeout=8)
+    assert (custom.connect_timeout, custom.read_timeout) == (1, 8)
 
 
-def test_no_client_is_created_until_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    created: list[str] = []
-    monkeypatch.setattr(boto3, "client", lambda name, **_: created.append(name))
-    PollyProvider(bucket=BUCKET)
+def test_no_client_is_created_until_first_use_and_then_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    created: list[tuple[str, dict[str, Any]]] = []
+    client = boto3.client("polly", region_name="eu-west-1", config=client_config())
+    config = client_config(read_timeout=12)
+
+    def fake_client(name: str, **kwargs: Any) -> Any:
+        created.append((name, kwargs))
+        return client
+
+    monkeypatch.setattr(boto3, "client", fake_client)
+    provider = PollyProvider(bucket=BUCKET, region_name="eu-west-1", config=config)
     assert created == []
+    with Stubber(client) as stub:
+        stub.add_response("synthesize_speech", speech_answer(), sync_params())
+        stub.add_response("synthesize_speech", speech_answer(), sync_params())
+        provider.synthesize_speech(speech())
+        provider.synthesize_speech(speech())
+    assert created == [("polly", {"region_name": "eu-west-1", "config": config})]
+
+
+def test_a_bucket_is_required() -> None:
+    with pytest.raises(ValueError, match="bucket"):
+        PollyProvider(bucket="")
 
 
 # --- short text: SynthesizeSpeech ---------------------------------------------------------------
@@ -128,16 +179,17 @@ def test_no_client_is_created_until_first_use(monkeypatch: pytest.MonkeyPatch) -
 
 def test_short_text_is_synthesized_into_an_artifact(provider: PollyProvider, stub: Stubber) -> None:
     stub.add_response("synthesize_speech", speech_answer(), sync_params())
-    result = provider.run(request())
+    result = provider.synthesize_speech(speech())
     assert result.status == "succeeded"
     (artifact,) = result.artifacts
     assert (artifact.name, artifact.content_type, artifact.data) == ("speech.mp3", "audio/mpeg", AUDIO)
     assert result.usage == {"characters": 51}
     assert result.output == {"audio": "speech.mp3", "voice": "Joanna", "engine": "neural"}
     assert result.model == "polly-neural-Joanna"
+    assert result.handle is None
 
 
-def test_options_choose_voice_engine_format_and_ssml(provider: PollyProvider, stub: Stubber) -> None:
+def test_request_fields_choose_voice_engine_format_and_ssml(provider: PollyProvider, stub: Stubber) -> None:
     ssml = "<speak>Hello <break time='300ms'/> world</speak>"
     stub.add_response(
         "synthesize_speech",
@@ -146,50 +198,90 @@ def test_options_choose_voice_engine_format_and_ssml(provider: PollyProvider, st
             Text=ssml, VoiceId="Matthew", Engine="generative", OutputFormat="ogg_vorbis", TextType="ssml"
         ),
     )
-    options = {"voice": "Matthew", "engine": "generative", "format": "ogg_vorbis", "textType": "ssml"}
-    result = provider.run(request({"text": ssml}, options=options))
+    result = provider.synthesize_speech(
+        speech(ssml, voice="Matthew", engine="generative", format="ogg_vorbis", text_type="ssml")
+    )
     (artifact,) = result.artifacts
-    assert (artifact.name, artifact.content_type) == ("speech.ogg", "audio/ogg")
+    assert (artifact.name, artifact.content_type, artifact.data) == (
+        "speech.ogg",
+        "audio/ogg",
+        b"OggS-frames",
+    )
+    assert result.output == {"audio": "speech.ogg", "voice": "Matthew", "engine": "generative"}
+    assert result.model == "polly-generative-Matthew"
+
+
+def test_pcm_is_stored_as_audio_pcm(provider: PollyProvider, stub: Stubber) -> None:
+    stub.add_response(
+        "synthesize_speech", speech_answer(b"\x00\x01" * 8, "audio/pcm"), sync_params(OutputFormat="pcm")
+    )
+    (artifact,) = provider.synthesize_speech(speech(format="pcm")).artifacts
+    assert (artifact.name, artifact.content_type) == ("speech.pcm", "audio/pcm")
+
+
+def test_billed_characters_fall_back_to_the_text_length(provider: PollyProvider, stub: Stubber) -> None:
+    stub.add_response("synthesize_speech", speech_answer(characters=None), sync_params())
+    assert provider.synthesize_speech(speech()).usage == {"characters": len(SHORT)}
+
+
+def test_an_answer_without_audio_is_transient(provider: PollyProvider, stub: Stubber) -> None:
+    stub.add_response("synthesize_speech", speech_answer(b""), sync_params())
+    with pytest.raises(TransientProviderError) as raised:
+        provider.synthesize_speech(speech())
+    assert type(raised.value) is TransientProviderError
 
 
 def test_exactly_the_sync_limit_is_still_synchronous(provider: PollyProvider, stub: Stubber) -> None:
     text = "x" * MAX_SYNC_CHARS
     stub.add_response("synthesize_speech", speech_answer(characters=MAX_SYNC_CHARS), sync_params(Text=text))
-    assert provider.run(request(text)).status == "succeeded"
+    assert provider.synthesize_speech(speech(text)).status == "succeeded"
+
+
+def test_one_character_over_the_sync_limit_is_a_task(provider: PollyProvider, stub: Stubber) -> None:
+    text = "x" * (MAX_SYNC_CHARS + 1)
+    stub.add_response("start_speech_synthesis_task", task("scheduled"), start_params(text))
+    assert provider.synthesize_speech(speech(text)).status == "running"
 
 
 @pytest.mark.parametrize(
-    "options",
+    "fields",
     [
         {"voice": "Nobody"},
-        {"voice": 3},
+        {"voice": "joanna"},
         {"engine": "turbo"},
         {"format": "json"},
         {"format": "wav"},
-        {"textType": "html"},
+        {"text_type": "html"},
     ],
 )
-def test_options_outside_the_allow_list_are_refused(
-    provider: PollyProvider, stub: Stubber, options: dict[str, Any]
+def test_fields_outside_the_allow_list_are_refused_before_calling(
+    provider: PollyProvider, stub: Stubber, sent: list[str], fields: dict[str, Any]
 ) -> None:
-    with pytest.raises(InvalidInputError):
-        provider.run(request(options=options))
+    with pytest.raises(ProviderError) as raised:
+        provider.synthesize_speech(speech(**fields))
+    assert sent == []
+    assert type(raised.value) is InvalidInputError
 
 
-def test_text_bounds(provider: PollyProvider, stub: Stubber) -> None:
+def test_the_voice_allow_list_is_the_adapters(client: Any, stub: Stubber, sent: list[str]) -> None:
+    provider = PollyProvider(bucket=BUCKET, client=client, voices={"Matthew"})
     with pytest.raises(InvalidInputError):
-        provider.run(request("  "))
-    with pytest.raises(InvalidInputError):
-        provider.run(request({"prompt": "no text field"}))
-    with pytest.raises(InputTooLargeError):
-        provider.run(request("y" * 100_001))
+        provider.synthesize_speech(speech())  # the default voice, Joanna, is not on this list
+    assert sent == []
+    stub.add_response("synthesize_speech", speech_answer(), sync_params(VoiceId="Matthew"))
+    assert provider.synthesize_speech(speech(voice="Matthew")).model == "polly-neural-Matthew"
 
 
-def test_other_kinds_and_classify_are_refused(provider: PollyProvider) -> None:
-    with pytest.raises(InvalidInputError):
-        provider.run(ProviderRequest(job_id=JOB, kind="summary", input=SHORT))
-    with pytest.raises(InvalidInputError):
-        provider.classify("hello")
+@pytest.mark.parametrize(
+    ("text", "error"), [("  ", InvalidInputError), ("y" * (MAX_TASK_CHARS + 1), InputTooLargeError)]
+)
+def test_text_bounds(
+    provider: PollyProvider, stub: Stubber, sent: list[str], text: str, error: type[ProviderError]
+) -> None:
+    with pytest.raises(ProviderError) as raised:
+        provider.synthesize_speech(speech(text))
+    assert sent == []
+    assert type(raised.value) is error
 
 
 # --- long text: a synthesis task ----------------------------------------------------------------
@@ -197,24 +289,65 @@ def test_other_kinds_and_classify_are_refused(provider: PollyProvider) -> None:
 
 def test_long_text_starts_a_task_into_the_result_prefix(provider: PollyProvider, stub: Stubber) -> None:
     stub.add_response("start_speech_synthesis_task", task("scheduled"), start_params())
-    result = provider.run(request(LONG))
-    assert (result.status, result.handle) == ("running", TASK)
+    result = provider.synthesize_speech(speech(LONG))
+    assert (result.status, result.handle, result.model) == ("running", TASK, "polly-neural-Joanna")
+    assert result.artifacts == ()
+
+
+def test_a_task_of_another_step_and_voice_goes_under_that_step(
+    provider: PollyProvider, stub: Stubber
+) -> None:
+    stub.add_response(
+        "start_speech_synthesis_task",
+        task("scheduled", VoiceId="Amy", Engine="long-form"),
+        start_params(step="chapter-2", VoiceId="Amy", Engine="long-form"),
+    )
+    result = provider.synthesize_speech(speech(LONG, step="chapter-2", voice="Amy", engine="long-form"))
+    assert (result.status, result.model) == ("running", "polly-long-form-Amy")
+
+
+def test_a_task_that_failed_at_once_is_classified(provider: PollyProvider, stub: Stubber) -> None:
+    stub.add_response(
+        "start_speech_synthesis_task", task("failed", TaskStatusReason="Invalid SSML request"), start_params()
+    )
+    with pytest.raises(ProviderError) as raised:
+        provider.synthesize_speech(speech(LONG))
+    assert type(raised.value) is InvalidInputError
+
+
+def test_a_start_without_a_task_id_is_transient(provider: PollyProvider, stub: Stubber) -> None:
+    answer = task("scheduled")
+    del answer["SynthesisTask"]["TaskId"]
+    stub.add_response("start_speech_synthesis_task", answer, start_params())
+    with pytest.raises(TransientProviderError) as raised:
+        provider.synthesize_speech(speech(LONG))
+    assert type(raised.value) is TransientProviderError
 
 
 @pytest.mark.parametrize("status", ["scheduled", "inProgress"])
 def test_a_task_not_done_keeps_running(provider: PollyProvider, stub: Stubber, status: str) -> None:
     stub.add_response("get_speech_synthesis_task", task(status), {"TaskId": TASK})
-    result = provider.run(request(LONG, handle=TASK, checks=1))
-    assert (result.status, result.handle) == ("running", TASK)
+    result = provider.synthesize_speech(speech(LONG, handle=TASK, checks=1))
+    assert (result.status, result.handle, result.model) == ("running", TASK, "polly-neural-Joanna")
+
+
+def test_a_check_never_starts_or_speaks_again(
+    provider: PollyProvider, stub: Stubber, sent: list[str]
+) -> None:
+    # With a handle the step only checks its task, whatever the length of the text.
+    stub.add_response("get_speech_synthesis_task", task("inProgress"), {"TaskId": TASK})
+    assert provider.synthesize_speech(speech(SHORT, handle=TASK)).status == "running"
+    assert sent == ["GetSpeechSynthesisTask"]
 
 
 def test_a_completed_task_points_at_its_s3_key(provider: PollyProvider, stub: Stubber) -> None:
     stub.add_response("get_speech_synthesis_task", task("completed"), {"TaskId": TASK})
-    result = provider.run(request(LONG, handle=TASK, checks=2))
+    result = provider.synthesize_speech(speech(LONG, handle=TASK, checks=2))
     assert result.status == "succeeded"
     assert result.output == {"audio": f"results/{JOB}/main/.{TASK}.mp3", "bucket": BUCKET}
     assert result.artifacts == ()  # never downloaded
     assert result.usage == {"characters": len(LONG)}
+    assert result.model == "polly-neural-Joanna"
 
 
 def test_a_virtual_hosted_output_uri_is_understood(provider: PollyProvider, stub: Stubber) -> None:
@@ -222,14 +355,43 @@ def test_a_virtual_hosted_output_uri_is_understood(provider: PollyProvider, stub
         "completed", OutputUri=f"https://{BUCKET}.s3.us-east-1.amazonaws.com/results/{JOB}/main/{TASK}.mp3"
     )
     stub.add_response("get_speech_synthesis_task", answer, {"TaskId": TASK})
-    assert provider.run(request(LONG, handle=TASK)).output["audio"] == f"results/{JOB}/main/{TASK}.mp3"
+    result = provider.synthesize_speech(speech(LONG, handle=TASK))
+    assert result.output["audio"] == f"results/{JOB}/main/{TASK}.mp3"
 
 
-def test_an_output_uri_in_another_bucket_is_not_trusted(provider: PollyProvider, stub: Stubber) -> None:
-    answer = task("completed", OutputUri=f"https://s3.us-east-1.amazonaws.com/elsewhere/{TASK}.mp3")
+def test_an_escaped_output_uri_is_decoded(provider: PollyProvider, stub: Stubber) -> None:
+    answer = task(
+        "completed",
+        OutputUri=f"https://s3.us-east-1.amazonaws.com/{BUCKET}/results/{JOB}/my%20step/{TASK}.mp3",
+    )
     stub.add_response("get_speech_synthesis_task", answer, {"TaskId": TASK})
-    with pytest.raises(TransientProviderError):
-        provider.run(request(LONG, handle=TASK))
+    result = provider.synthesize_speech(speech(LONG, handle=TASK))
+    assert result.output["audio"] == f"results/{JOB}/my step/{TASK}.mp3"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"https://s3.us-east-1.amazonaws.com/elsewhere/{TASK}.mp3",
+        f"https://elsewhere.s3.us-east-1.amazonaws.com/{BUCKET}-not/{TASK}.mp3",
+        f"https://s3.us-east-1.amazonaws.com/{BUCKET}/",
+        "",
+    ],
+)
+def test_an_output_uri_outside_the_bucket_is_not_trusted(
+    provider: PollyProvider, stub: Stubber, uri: str
+) -> None:
+    stub.add_response("get_speech_synthesis_task", task("completed", OutputUri=uri), {"TaskId": TASK})
+    with pytest.raises(TransientProviderError) as raised:
+        provider.synthesize_speech(speech(LONG, handle=TASK))
+    assert type(raised.value) is TransientProviderError
+
+
+def test_a_task_in_an_unknown_state_is_transient(provider: PollyProvider, stub: Stubber) -> None:
+    stub.add_response("get_speech_synthesis_task", task("paused"), {"TaskId": TASK})
+    with pytest.raises(TransientProviderError) as raised:
+        provider.synthesize_speech(speech(LONG, handle=TASK))
+    assert type(raised.value) is TransientProviderError
 
 
 @pytest.mark.parametrize(
@@ -247,15 +409,11 @@ def test_a_failed_task_is_classified_by_its_reason(
 ) -> None:
     stub.add_response("get_speech_synthesis_task", task("failed", TaskStatusReason=reason), {"TaskId": TASK})
     with pytest.raises(ProviderError) as raised:
-        provider.run(request(LONG, handle=TASK))
+        provider.synthesize_speech(speech(LONG, handle=TASK))
     assert type(raised.value) is error
 
 
-def raise_on_send(client: Any, operation: str, error: Exception) -> None:
-    def handler(**_: Any) -> None:
-        raise error
-
-    client.meta.events.register(f"before-send.polly.{operation}", handler)
+# --- the unconfirmed start ----------------------------------------------------------------------
 
 
 def test_a_lost_start_answer_is_not_retried(provider: PollyProvider, client: Any) -> None:
@@ -263,15 +421,25 @@ def test_a_lost_start_answer_is_not_retried(provider: PollyProvider, client: Any
     # task, and without an idempotency token a retry would start a second one.
     raise_on_send(client, "StartSpeechSynthesisTask", ReadTimeoutError(endpoint_url="https://polly"))
     with pytest.raises(UnconfirmedStartError) as raised:
-        provider.run(request(LONG))
+        provider.synthesize_speech(speech(LONG))
     assert raised.value.retryable is False
     assert raised.value.error_class == "unconfirmed_start"
+    assert LONG[:40] not in str(raised.value)
 
 
-def test_a_start_that_never_connected_is_retried(provider: PollyProvider, client: Any) -> None:
-    raise_on_send(client, "StartSpeechSynthesisTask", ConnectTimeoutError(endpoint_url="https://polly"))
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectTimeoutError(endpoint_url="https://polly"),
+        EndpointConnectionError(endpoint_url="https://polly"),
+    ],
+)
+def test_a_start_that_never_connected_is_retried(
+    provider: PollyProvider, client: Any, error: Exception
+) -> None:
+    raise_on_send(client, "StartSpeechSynthesisTask", error)
     with pytest.raises(TimeoutProviderError) as raised:
-        provider.run(request(LONG))
+        provider.synthesize_speech(speech(LONG))
     assert raised.value.retryable is True
 
 
@@ -279,15 +447,22 @@ def test_a_start_refused_with_an_error_answer_is_retried(provider: PollyProvider
     stub.add_client_error(
         "start_speech_synthesis_task", "ServiceFailureException", "boom", 500, expected_params=start_params()
     )
-    with pytest.raises(TransientProviderError):
-        provider.run(request(LONG))
+    with pytest.raises(TransientProviderError) as raised:
+        provider.synthesize_speech(speech(LONG))
+    assert type(raised.value) is TransientProviderError
 
 
 def test_a_synthesis_read_timeout_is_a_plain_retry(provider: PollyProvider, client: Any) -> None:
     # SynthesizeSpeech has no task left behind: a retry costs at most one short synthesis again.
     raise_on_send(client, "SynthesizeSpeech", ReadTimeoutError(endpoint_url="https://polly"))
     with pytest.raises(TimeoutProviderError):
-        provider.run(request())
+        provider.synthesize_speech(speech())
+
+
+def test_a_check_read_timeout_is_a_plain_retry(provider: PollyProvider, client: Any) -> None:
+    raise_on_send(client, "GetSpeechSynthesisTask", ReadTimeoutError(endpoint_url="https://polly"))
+    with pytest.raises(TimeoutProviderError):
+        provider.synthesize_speech(speech(LONG, handle=TASK))
 
 
 # --- the error table through the adapter --------------------------------------------------------
@@ -314,24 +489,27 @@ def test_synthesize_errors_map_to_the_retry_table(
         "synthesize_speech", code, "the service says no", status, expected_params=sync_params()
     )
     with pytest.raises(ProviderError) as raised:
-        provider.run(request())
+        provider.synthesize_speech(speech())
     assert type(raised.value) is error
-    assert SHORT not in str(raised.value)
+    assert raised.value.status == status
+    assert SHORT not in str(raised.value)  # the text never lands in the row's error message
 
 
-@pytest.mark.parametrize(
-    ("code", "error"),
-    [("InvalidS3BucketException", ProviderAuthError), ("InvalidS3KeyException", ProviderAuthError)],
-)
-def test_a_bad_output_bucket_is_configuration(
-    provider: PollyProvider, stub: Stubber, code: str, error: type[ProviderError]
-) -> None:
-    stub.add_client_error("start_speech_synthesis_task", code, "bucket problem", 400)
-    with pytest.raises(error):
-        provider.run(request(LONG))
+@pytest.mark.parametrize("code", ["InvalidS3BucketException", "InvalidS3KeyException"])
+def test_a_bad_output_bucket_is_configuration(provider: PollyProvider, stub: Stubber, code: str) -> None:
+    stub.add_client_error(
+        "start_speech_synthesis_task", code, "bucket problem", 400, expected_params=start_params()
+    )
+    with pytest.raises(ProviderError) as raised:
+        provider.synthesize_speech(speech(LONG))
+    assert type(raised.value) is ProviderAuthError
 
 
-def test_an_expired_task_is_final(provider: PollyProvider, stub: Stubber) -> None:
-    stub.add_client_error("get_speech_synthesis_task", "SynthesisTaskNotFoundException", "not found", 400)
-    with pytest.raises(InvalidInputError):
-        provider.run(request(LONG, handle=TASK))
+@pytest.mark.parametrize("code", ["SynthesisTaskNotFoundException", "InvalidTaskIdException"])
+def test_an_expired_or_unknown_task_is_final(provider: PollyProvider, stub: Stubber, code: str) -> None:
+    stub.add_client_error(
+        "get_speech_synthesis_task", code, "not found", 400, expected_params={"TaskId": TASK}
+    )
+    with pytest.raises(ProviderError) as raised:
+        provider.synthesize_speech(speech(LONG, handle=TASK))
+    assert type(raised.value) is InvalidInputError

@@ -45,17 +45,18 @@ def _fresh_warnings() -> None:
         ),
         ("openai", "text-embedding-3-small", {"prompt_tokens": M, "total_tokens": M}, 0.02),
         # per second of video
-        ("bedrock", "amazon.nova-reel-v1:0", {"videoSeconds": 6}, 0.48),
+        ("bedrock", "luma.ray-v2:0", {"videoSeconds": 5}, 7.5),
         # per character of speech, by engine (model ids are polly-<engine>-<voice>)
         ("polly", "polly-standard-Joanna", {"characters": M}, 4.0),
         ("polly", "polly-neural-Matthew", {"characters": 3000}, 0.048),
         ("polly", "polly-long-form-Danielle", {"characters": 1000}, 0.1),
         ("polly", "polly-generative-Ruth", {"characters": 1000}, 0.03),
         # per image, default size and quality
-        ("bedrock", "amazon.nova-canvas-v1:0", {"images": 1}, 0.04),
+        ("bedrock", "stability.stable-image-core-v1:1", {"images": 1}, 0.04),
+        ("bedrock", "stability.stable-image-ultra-v1:1", {"images": 2}, 0.28),
         ("openai", "dall-e-3", {"images": 2}, 0.08),
         # the local provider's models are free, whatever they report
-        ("local", "local-summary-1", {"inputTokens": 120, "outputTokens": 30}, 0.0),
+        ("local", "local-text-1", {"inputTokens": 120, "outputTokens": 30}, 0.0),
         ("local", "local-tts-1", {}, 0.0),
     ],
 )
@@ -75,10 +76,29 @@ def test_usage_is_priced_per_unit(provider: str, model: str, usage: dict[str, in
         ("amazon.nova-canvas-v1:0", {"quality": "ultra"}, 1, 0.04),
     ],
 )
-def test_bedrock_images_are_priced_by_size_and_quality(
+def test_images_are_priced_by_size_and_quality(
     model: str, options: dict[str, Any], images: int, expected: float
 ) -> None:
-    assert cost("bedrock", model, {"images": images}, options=options) == pytest.approx(expected)
+    # A model priced in tiers of size and quality (as Nova Canvas was, until its end of life).
+    table = ModelPriceTable.model_validate(
+        {
+            "models": [
+                {
+                    "provider": "bedrock",
+                    "model": model,
+                    "per_image": [
+                        {"quality": "standard", "max_pixels": 1048576, "usd": 0.04},
+                        {"quality": "standard", "max_pixels": 4194304, "usd": 0.06},
+                        {"quality": "premium", "max_pixels": 1048576, "usd": 0.06},
+                        {"quality": "premium", "max_pixels": 4194304, "usd": 0.08},
+                    ],
+                    "as_of": "2025-11-01",
+                    "source": "https://example.com/tiers",
+                }
+            ]
+        }
+    )
+    assert cost("bedrock", model, {"images": images}, options=options, table=table) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +204,7 @@ def test_an_exact_entry_wins_over_its_base_model() -> None:
         ("bedrock", "", {"inputTokens": 10}),
         # A known model, but usage without any unit it is billed by.
         ("bedrock", "amazon.nova-lite-v1:0", {"images": 1}),
-        ("bedrock", "amazon.nova-reel-v1:0", {}),
+        ("bedrock", "luma.ray-v2:0", {}),
     ],
 )
 def test_unknown_models_cost_none(provider: str, model: str | None, usage: dict[str, int]) -> None:
@@ -217,7 +237,7 @@ def test_an_unknown_model_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> Non
     ("provider", "model", "usage", "given", "expected"),
     [
         # The adapter's own cost wins, even over the table.
-        ("local", "local-summary-1", {"inputTokens": 1}, 0.0, Spend(0.0, "local")),
+        ("local", "local-text-1", {"inputTokens": 1}, 0.0, Spend(0.0, "local")),
         ("bedrock", "amazon.nova-lite-v1:0", {"inputTokens": M}, 1.5, Spend(1.5, "amazon.nova-lite-v1:0")),
         ("bedrock", "custom.model-v1", {}, 0.25, Spend(0.25, "custom.model-v1")),
         # Else the table; the dimension is the table's model (bounded cardinality).
@@ -242,7 +262,7 @@ def test_spend_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     assert spend("bedrock", "amazon.nova-lite-v1:0", {"inputTokens": 1}) == Spend(
         None, "amazon.nova-lite-v1:0"
     )
-    assert spend("local", "local-summary-1", {}, given=0.0) == Spend(0.0, "local-summary-1")
+    assert spend("local", "local-text-1", {}, given=0.0) == Spend(0.0, "local-text-1")
 
 
 def test_the_dimension_is_bounded_in_length() -> None:
@@ -257,8 +277,8 @@ REQUIRED = {
     ("bedrock", "amazon.nova-lite-v1:0"),
     ("bedrock", "amazon.nova-pro-v1:0"),
     ("bedrock", "amazon.titan-embed-text-v2:0"),
-    ("bedrock", "amazon.nova-canvas-v1:0"),
-    ("bedrock", "amazon.nova-reel-v1:0"),
+    ("bedrock", "stability.stable-image-core-v1:1"),
+    ("bedrock", "luma.ray-v2:0"),
     ("polly", "polly-standard"),
     ("polly", "polly-neural"),
     ("openai", "gpt-4o-mini"),
@@ -277,14 +297,18 @@ def test_the_shipped_table_prices_every_default_model() -> None:
         assert entry.provider == "local" or entry.source.startswith("https://")
 
 
-def test_every_adapter_default_model_is_priced() -> None:
-    from aijobs.providers import bedrock, openai
+def test_every_model_a_declared_kind_may_call_is_priced() -> None:
+    from aijobs.kinds.registry import declared, require
+    from aijobs.provider_plan import split_model_ref
 
     table = default_table()
-    for model in bedrock.DEFAULT_MODELS.values():
-        assert table.lookup("bedrock", model) is not None, model
-    for model in openai.DEFAULT_MODELS.values():
-        assert table.lookup("openai", model) is not None, model
+    for name in declared():
+        kind = require(name)
+        models = [(provider, model) for provider, model in kind.models.items() if model]
+        models += [(provider, model) for provider, ids in kind.allowed_models.items() for model in ids]
+        models += [split_model_ref(ref) for refs in kind.fallbacks.values() for ref in refs]
+        for provider, model in models:
+            assert table.lookup(provider, model) is not None, (name, provider, model)
 
 
 def test_the_table_file_ships_inside_the_layer_package() -> None:
@@ -387,9 +411,9 @@ def test_the_cost_model_line_knows_every_unit() -> None:
         model="polly-neural-Joanna", model_provider="polly", model_usage_per_job={"characters": 1500}
     )
     assert estimate(speech).by_service()["Model"] == pytest.approx(19_800 * 1500 * 16 / M)
-    video = _workload(model="amazon.nova-reel-v1:0", model_usage_per_job={"videoSeconds": 6})
-    assert estimate(video).by_service()["Model"] == pytest.approx(19_800 * 6 * 0.08)
-    local = _workload(model="local-summary-1", model_provider="local")
+    video = _workload(model="luma.ray-v2:0", model_usage_per_job={"videoSeconds": 5})
+    assert estimate(video).by_service()["Model"] == pytest.approx(19_800 * 5 * 1.5)
+    local = _workload(model="local-text-1", model_provider="local")
     assert estimate(local).by_service()["Model"] == 0.0
 
 

@@ -1,13 +1,25 @@
-"""Provider and model per kind, per stage: validated at synth with errors that name the entry."""
+"""Provider and model per kind, per stage: derived from the kinds' declarations and the stage's
+overrides, validated at synth with errors that name the entry."""
 
 from __future__ import annotations
 
 import pytest
 
-from aijobs.provider_plan import base_model_id, is_inference_profile, plans_from_setting, plans_setting
+from aijobs.kinds.base import Kind
+from aijobs.kinds.registry import declared, require
+from aijobs.provider_plan import (
+    PROVIDER_CAPABILITIES,
+    ProviderPlanError,
+    base_model_id,
+    is_inference_profile,
+    parse_provider_plan,
+    plans_from_setting,
+    plans_setting,
+)
 from aijobs.stage_config import ConfigError, StageConfig, parse_stage_config
 
-KINDS = "summary;embedding;image-generate;image-caption;tts-generate;video-generate"
+QUEUED = tuple(name for name in declared() if not require(name).sync)
+KINDS = ";".join(QUEUED)
 
 
 def _config(stage: str = "dev", **values: str) -> StageConfig:
@@ -58,15 +70,31 @@ def test_per_kind_providers_and_models_with_colons_and_profiles() -> None:
     ("values", "message"),
     [
         ({"PROVIDER": "gemini"}, "PROVIDER='gemini' is not one of"),
-        ({"KIND_PROVIDERS": "summary=gemini"}, "KIND_PROVIDERS: summary='gemini'"),
+        ({"KIND_PROVIDERS": "summary=gemini"}, "KIND_PROVIDERS: summary: provider 'gemini' is not one of"),
         (
             {"KIND_PROVIDERS": "summari=bedrock"},
-            r"KIND_PROVIDERS names kinds that are not in QUEUE_NAMES.*summari",
+            r"KIND_PROVIDERS names kinds that are not declared.*summari",
         ),
         ({"KIND_MODELS": "nope=x"}, r"KIND_MODELS names kinds .*nope"),
-        ({"KIND_PROVIDERS": "tts-generate=bedrock"}, "provider 'bedrock' cannot run kind 'tts-generate'"),
-        ({"KIND_PROVIDERS": "summary=polly"}, "provider 'polly' cannot run kind 'summary'"),
-        ({"KIND_PROVIDERS": "video-generate=openai"}, "cannot run kind 'video-generate'"),
+        (
+            {"KIND_PROVIDERS": "tts-generate=bedrock"},
+            r"kind 'tts-generate' needs the speech capability, which provider 'bedrock' does not offer "
+            r"\(providers that do: \['local', 'polly'\]\)",
+        ),
+        (
+            {"KIND_PROVIDERS": "summary=polly"},
+            "kind 'summary' needs the text capability, which provider 'polly'",
+        ),
+        ({"KIND_PROVIDERS": "video-generate=openai"}, "needs the video capability, which provider 'openai'"),
+        (
+            {"KIND_FALLBACKS": "summary=openai"},
+            r"KIND_FALLBACKS: summary: 'openai' must be <provider>:<model>",
+        ),
+        ({"KIND_FALLBACKS": "summary=polly:x"}, "KIND_FALLBACKS: kind 'summary' needs the text capability"),
+        (
+            {"QUEUE_NAMES": KINDS + ";report", "KIND_FALLBACKS": "report=bedrock:x"},
+            r"KIND_FALLBACKS: \['report'\] are workflows",
+        ),
         ({"KIND_MODELS": "summary"}, r"KIND_MODELS: 'summary' must be <kind>=<value>"),
         ({"KIND_MODELS": "summary=a b"}, r"KIND_MODELS: summary='a b' is not a model id"),
         ({"KIND_MODELS": "summary=a;summary=b"}, "listed twice"),
@@ -82,9 +110,79 @@ def test_bad_provider_entries_fail_with_the_entry_named(values: dict[str, str], 
         _config(**values)
 
 
-def test_a_kind_of_your_own_may_use_any_provider_without_a_model() -> None:
-    config = parse_stage_config("dev", {"QUEUE_NAMES": "translate"})
-    assert (config.plan("translate").provider, config.plan("translate").model) == ("bedrock", None)
+def test_an_undeclared_name_is_planned_without_a_model_for_the_synth_to_refuse() -> None:
+    # The parser alone lets tools and tests name any queue; the synth refuses an undeclared one
+    # (tests/infra/test_stage_files.py).
+    config = parse_stage_config("dev", {"QUEUE_NAMES": "no-such-kind"})
+    assert (config.plan("no-such-kind").provider, config.plan("no-such-kind").model) == ("bedrock", None)
+
+
+def test_every_declared_kind_has_a_plan_on_every_provider_that_offers_its_capability() -> None:
+    for name in declared():
+        kind = require(name)
+        for provider, capabilities in PROVIDER_CAPABILITIES.items():
+            if kind.capability not in capabilities:
+                continue
+            if provider not in ("local", "polly") and provider not in kind.models:
+                continue  # it declares no model there: the stage must give one (next test)
+            (plan,) = [p for p in parse_provider_plan(
+                stage="dev", kinds=(name,), default_provider="bedrock",
+                kind_providers=f"{name}={provider}",
+            ) if p.kind == name]  # fmt: skip
+            assert plan.provider == provider
+            assert plan.capability == kind.capability
+            if provider == "local":
+                assert plan.model is not None
+                assert plan.model.startswith("local-")
+
+
+def _text_kind(**fields: object) -> Kind:
+    values: dict[str, object] = {
+        "name": "translate",
+        "capability": "text",
+        "description": "a translation",
+        "models": {"local": "local-text-1"},
+    }
+    return Kind(**{**values, **fields})  # type: ignore[arg-type]
+
+
+def test_a_kind_without_a_model_on_the_stage_provider_runs_where_it_declares_one() -> None:
+    translate = _text_kind(models={"openai": "gpt-4o-mini"})
+    (plan, _) = parse_provider_plan(
+        stage="dev", kinds=("translate",), default_provider="bedrock",
+        declarations={"translate": translate, "classify": require("classify")},
+    )  # fmt: skip
+    assert (plan.provider, plan.model) == ("openai", "gpt-4o-mini")
+
+
+def test_a_kind_with_no_model_where_it_must_run_names_the_fix() -> None:
+    with pytest.raises(
+        ProviderPlanError, match="kind 'translate' runs on bedrock but declares no bedrock model"
+    ):
+        parse_provider_plan(
+            stage="dev", kinds=("translate",), default_provider="bedrock", kind_providers="translate=bedrock",
+            declarations={"translate": _text_kind(), "classify": require("classify")},
+        )  # fmt: skip
+    with pytest.raises(ProviderPlanError, match="declares no model on a provider that does"):
+        parse_provider_plan(
+            stage="dev", kinds=("translate",), default_provider="polly",
+            declarations={"translate": _text_kind(), "classify": require("classify")},
+        )  # fmt: skip
+
+
+def test_fallbacks_come_from_the_declaration_per_provider_or_from_the_stage() -> None:
+    declared_chain = _config().plan("summary").fallbacks
+    assert declared_chain == require("summary").fallbacks["bedrock"]
+    assert _config("local").plan("summary").fallbacks == ("local:local-text-2",)
+    config = _config(KIND_FALLBACKS="summary=openai:gpt-4o-mini, bedrock:us.amazon.nova-pro-v1:0",
+                     OPENAI_SECRET_NAME="prod/openai")  # fmt: skip
+    plan = config.plan("summary")
+    assert plan.chain == (
+        ("bedrock", "us.amazon.nova-lite-v1:0"),
+        ("openai", "gpt-4o-mini"),
+        ("bedrock", "us.amazon.nova-pro-v1:0"),
+    )
+    assert plans_from_setting(config.consumer_settings_env("summary"))["summary"].fallbacks == plan.fallbacks
 
 
 def test_the_local_stage_may_point_at_a_plain_http_openai_server_with_its_key_from_the_shell() -> None:
@@ -117,6 +215,6 @@ def test_inference_profile_ids(model: str, base: str, profile: bool) -> None:
 
 def test_entries_for_shipped_kinds_the_stage_does_not_enable_are_skipped() -> None:
     config = parse_stage_config(
-        "dev", {"QUEUE_NAMES": "summary", "KIND_MODELS": "video-generate=amazon.nova-reel-v1:0"}
+        "dev", {"QUEUE_NAMES": "summary", "KIND_MODELS": "video-generate=luma.ray-v2:0"}
     )
     assert [plan.kind for plan in config.provider_plans] == ["summary", "classify"]

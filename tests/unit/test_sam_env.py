@@ -183,6 +183,11 @@ def test_local_mode_runs_every_kind_on_the_local_provider_and_declares_the_endpo
         "AWS_ENDPOINT_URL": "http://host.docker.internal:5123",
         "PROVIDER": "local",
         "KIND_PROVIDERS": "summary=local;tts-generate=local;classify=local",
+        # The local provider's models (a Bedrock id would be refused by it), its fallbacks, no
+        # allow-lists.
+        "KIND_MODELS": "summary=local-text-1;tts-generate=local-tts-1;classify=local-text-1",
+        "KIND_ALLOWED_MODELS": "",
+        "KIND_FALLBACKS": "summary=local:local-text-2",
     }
     assert sam_env.local_overrides({"STAGE": "dev"}, "http://h:1") == {"AWS_ENDPOINT_URL": "http://h:1"}
     declared = sam_env.declare_endpoint(template({"STAGE": "dev"}))

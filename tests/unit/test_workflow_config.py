@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dotenv import dotenv_values
 
+from aijobs.kinds.registry import require
 from aijobs.provider_plan import KindPlan, ProviderPlanError, parse_provider_plan, plans_from_setting
 from aijobs.settings import ConsumerSettings, DlqSettings
 from aijobs.stage_config import (
@@ -108,7 +110,7 @@ def test_naming_a_workflow_in_a_plan_key_is_a_provider_plan_error(
     key: str, workflow: str, child: str
 ) -> None:
     entry = "bedrock" if key == "KIND_PROVIDERS" else "amazon.nova-pro-v1:0"
-    arguments = {key.lower(): f"{workflow}={entry}"}
+    arguments: dict[str, Any] = {key.lower(): f"{workflow}={entry}"}
     with pytest.raises(ProviderPlanError, match=re.escape(f"{key}: [{workflow!r}] are workflows")) as caught:
         parse_provider_plan(
             stage="dev",
@@ -151,7 +153,7 @@ def test_workflows_inherit_their_child_kinds_defaults() -> None:
             own.allowed_models,
         )
     assert config.plan("embedding-batch").model == "amazon.titan-embed-text-v2:0"
-    assert config.plan("image-batch").model == "amazon.nova-canvas-v1:0"
+    assert config.plan("image-batch").model == require("image-generate").models["bedrock"]
     assert config.plan("report").model == "us.amazon.nova-lite-v1:0"
     assert {config.plan(workflow).provider for workflow in WORKFLOWS} == {"bedrock"}
     assert {parse_stage_config("local", {"QUEUE_NAMES": ALL_KINDS}).plan("report").provider} == {"local"}

@@ -1,10 +1,12 @@
 """Least privilege for AI providers: a function may call only the models of the kind it serves.
 
 Per kind (aijobs.provider_plan): Bedrock kinds get `bedrock:InvokeModel` (Converse included) on
-their default and allow-listed models only — foundation-model ARNs, or for a cross-region
-inference profile the profile plus the foundation model it routes to in any region; video kinds
-also read their own asynchronous invocations (`InvokeModel` is what starts one). Polly kinds get
-Polly's synthesis actions, OpenAI-compatible kinds read only the stage's key secret.
+their default, allow-listed and fallback models only — foundation-model ARNs, or for a
+cross-region inference profile the profile plus the foundation model it routes to in any region;
+video kinds also read their own asynchronous invocations (`InvokeModel` is what starts one);
+third-party models (Stability AI, Luma) also need the AWS Marketplace subscription actions that
+Bedrock checks on their first call. Polly kinds get Polly's synthesis actions, OpenAI-compatible
+kinds read only the stage's key secret. Fallbacks on another provider get that provider's grants.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from constructs import Construct
 from aijobs.provider_plan import KindPlan, base_model_id, is_inference_profile
 from aijobs_cdk.nag import acknowledge
 
-ASYNC_KINDS = frozenset({"video-generate"})
+# Capabilities whose provider runs asynchronous invocations the function reads back.
+ASYNC_CAPABILITIES = frozenset({"video"})
+# Bedrock models sold through AWS Marketplace: every provider but Amazon's own.
+FIRST_PARTY_PREFIX = "amazon."
+MARKETPLACE_ACTIONS = ("aws-marketplace:ViewSubscriptions", "aws-marketplace:Subscribe")
 POLLY_ACTIONS = ("polly:SynthesizeSpeech", "polly:StartSpeechSynthesisTask", "polly:GetSpeechSynthesisTask")
 
 
@@ -47,28 +53,32 @@ class ModelAccess(Construct):
         self._acknowledge(policy, plans, openai_secret_name)
 
     def _statements(self, plan: KindPlan, secret_name: str | None) -> list[iam.PolicyStatement]:
-        if plan.provider == "bedrock":
-            models = sorted({arn for model in plan.choosable_models for arn in self.model_arns(model)})
+        statements: list[iam.PolicyStatement] = []
+        bedrock = _bedrock_models(plan)
+        if bedrock:
+            models = sorted({arn for model in bedrock for arn in self.model_arns(model)})
             # `StartAsyncInvoke` is authorized by `bedrock:InvokeModel` on the model: IAM has no
             # `bedrock:StartAsyncInvoke` action (cfn-lint W3037 flags one).
-            statements = [iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=models)]
-            if plan.kind in ASYNC_KINDS:
+            statements.append(iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=models))
+            if plan.capability in ASYNC_CAPABILITIES:
                 statements.append(
                     iam.PolicyStatement(actions=["bedrock:GetAsyncInvoke"], resources=[self._async_invokes()])
                 )
-            return statements
-        if plan.provider == "polly":
-            return [iam.PolicyStatement(actions=list(POLLY_ACTIONS), resources=["*"])]
-        if plan.provider == "openai" and secret_name:
+            if any(not base_model_id(model).startswith(FIRST_PARTY_PREFIX) for model in bedrock):
+                statements.append(iam.PolicyStatement(actions=list(MARKETPLACE_ACTIONS), resources=["*"]))
+        providers = {provider for provider, _ in plan.chain}
+        if "polly" in providers:
+            statements.append(iam.PolicyStatement(actions=list(POLLY_ACTIONS), resources=["*"]))
+        if "openai" in providers and secret_name:
             secret = secretsmanager.Secret.from_secret_name_v2(self, f"Secret{plan.kind}", secret_name)
-            return [
+            statements.append(
                 iam.PolicyStatement(
                     actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
                     # A secret known by name: Secrets Manager appends six random characters.
                     resources=[f"{secret.secret_arn}-??????"],
                 )
-            ]
-        return []
+            )
+        return statements
 
     def model_arns(self, model: str) -> list[str]:
         """The ARNs one model id needs: a foundation model in this region, or an inference profile
@@ -108,33 +118,49 @@ class ModelAccess(Construct):
 
     def _acknowledge(self, policy: iam.Policy, plans: list[KindPlan], secret_name: str | None) -> None:
         for plan in plans:
-            if plan.provider == "polly":
+            providers = {provider for provider, _ in plan.chain}
+            if "polly" in providers:
                 acknowledge(
                     policy,
                     "AwsSolutions-IAM5[Resource::*]",
                     "Polly's synthesis actions support no resource-level permissions (only lexicons do)",
                 )
-            if plan.provider == "bedrock":
-                for model in plan.choosable_models:
-                    if is_inference_profile(model):
-                        acknowledge(
-                            policy,
-                            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/"
-                            f"{base_model_id(model)}]",
-                            "A cross-region inference profile routes to this one model in several regions",
-                        )
-                if plan.kind in ASYNC_KINDS:
+            bedrock = _bedrock_models(plan)
+            for model in bedrock:
+                if is_inference_profile(model):
                     acknowledge(
                         policy,
-                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:"
-                        "<AWS::AccountId>:async-invoke/*]",
-                        "Invocation ids are made by StartAsyncInvoke at run time; reads are limited to "
-                        "this account's and region's asynchronous invocations",
+                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/"
+                        f"{base_model_id(model)}]",
+                        "A cross-region inference profile routes to this one model in several regions",
                     )
-            if plan.provider == "openai" and secret_name:
+            if any(not base_model_id(model).startswith(FIRST_PARTY_PREFIX) for model in bedrock):
+                acknowledge(
+                    policy,
+                    "AwsSolutions-IAM5[Resource::*]",
+                    "Bedrock subscribes the account to a Marketplace model (Stability AI, Luma) on its "
+                    "first call; the Marketplace subscription actions take no resource",
+                )
+            if bedrock and plan.capability in ASYNC_CAPABILITIES:
+                acknowledge(
+                    policy,
+                    "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:"
+                    "<AWS::AccountId>:async-invoke/*]",
+                    "Invocation ids are made by StartAsyncInvoke at run time; reads are limited to "
+                    "this account's and region's asynchronous invocations",
+                )
+            if "openai" in providers and secret_name:
                 acknowledge(
                     policy,
                     "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
                     f"<AWS::AccountId>:secret:{secret_name}-??????]",
                     "A secret named (not ARN'd) in configuration: its ARN ends in six random characters",
                 )
+
+
+def _bedrock_models(plan: KindPlan) -> list[str]:
+    """Every Bedrock model the kind may call: its default and allowed models (when it runs on
+    Bedrock) and its Bedrock fallbacks."""
+    models = list(plan.choosable_models) if plan.provider == "bedrock" else []
+    models += [model for provider, model in plan.chain[1:] if provider == "bedrock" and model]
+    return list(dict.fromkeys(models))

@@ -66,6 +66,14 @@ class InvalidInputError(ProviderError):
     error_class = "invalid_input"
 
 
+class InvalidOutputError(ProviderError):
+    """The model's answer does not match the kind's output model: retried (a model may answer
+    well the next time; the attempt is spent), then final once the attempt budget is."""
+
+    error_class = "invalid_output"
+    retryable = True
+
+
 class InfrastructureError(TransientProviderError):
     """One of our own AWS dependencies (a table, the bucket, a queue) failed transiently."""
 

@@ -152,6 +152,10 @@ class ModelPrice(BaseModel):
         """USD for `usage`; None if the usage has none of the units this model is billed by."""
         if self.free:
             return 0.0
+        pixels = usage.get("imagePixels")
+        if isinstance(pixels, int) and not isinstance(pixels, bool) and pixels > 0:
+            # The size each image was made at, as the adapter reports it, picks the tier.
+            options = {**(options or {}), "pixels": pixels}
         total, counted = Decimal(0), False
         for unit in self.unit_prices(options):
             quantity = _quantity(usage, unit.keys)
@@ -304,6 +308,9 @@ def _quantity(usage: Mapping[str, int | float], keys: tuple[str, ...]) -> int | 
 
 
 def _pixels(options: Mapping[str, Any]) -> int | None:
+    pixels = options.get("pixels")
+    if isinstance(pixels, int) and not isinstance(pixels, bool) and pixels > 0:
+        return pixels
     width, height = options.get("width"), options.get("height")
     size = options.get("size")
     if isinstance(size, str) and "x" in size:

@@ -97,6 +97,7 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
             FlowRecords(aws.dynamodb().Table(settings.meta_table_name)), settings.queue_name, clock
         ),
         spend=spend_brake(settings, clock),
+        model=_plan_model(settings),
     )
 
 
@@ -273,3 +274,8 @@ def reset_runtime() -> None:
         factory.cache_clear()
     aws.reset_clients()
     reset_providers()
+
+
+def _plan_model(settings: ConsumerSettings) -> str | None:
+    plan = settings.plans.get(settings.queue_name)
+    return plan.model if plan is not None else None

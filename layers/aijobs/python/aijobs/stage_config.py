@@ -117,9 +117,8 @@ INT_KEYS: dict[str, _IntKey] = {
         0, 0, 43_200, "how long a claimed job is held before another consumer may take it"
     ),
 }
-LIST_KEYS = ("QUEUE_NAMES", "CRONS", "KIND_PRICES")
-# Credits a job costs when its kind has no entry in KIND_PRICES.
-DEFAULT_PRICE = 1
+# SKIP_KINDS: declared kinds (aijobs/kinds/) this stage deliberately does not deploy.
+LIST_KEYS = ("QUEUE_NAMES", "CRONS", "KIND_PRICES", "SKIP_KINDS")
 OPTIONAL_KEYS = (
     "QUEUE_MAX_CONCURRENCY",
     "ALERT_EMAIL",
@@ -128,6 +127,7 @@ OPTIONAL_KEYS = (
     "KIND_PROVIDERS",
     "KIND_MODELS",
     "KIND_ALLOWED_MODELS",
+    "KIND_FALLBACKS",
     "OPENAI_BASE_URL",
     "OPENAI_SECRET_NAME",
     "AUTH_MODE",
@@ -239,6 +239,9 @@ class StageConfig:
     tenant_hold_seconds: int
     provider: str
     kind_prices: tuple[tuple[str, int], ...] = ()
+    # Declared kinds this stage does not deploy (SKIP_KINDS): saying so is what keeps a kind added
+    # to aijobs/kinds/ from being forgotten by a stage (aijobs_cdk.stage.check_registrations).
+    skip_kinds: tuple[str, ...] = ()
     # Provider and model per kind (plus `classify`); see aijobs.provider_plan.
     provider_plans: tuple[KindPlan, ...] = ()
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
@@ -265,9 +268,9 @@ class StageConfig:
 
     @property
     def prices(self) -> dict[str, int]:
-        """Credits per job of every configured kind (KIND_PRICES, else DEFAULT_PRICE)."""
+        """Credits per job of every configured kind (KIND_PRICES, else the kind's declared price)."""
         listed = dict(self.kind_prices)
-        return {kind: listed.get(kind, DEFAULT_PRICE) for kind in self.queue_names}
+        return {kind: listed.get(kind, declared_price(kind)) for kind in self.queue_names}
 
     @property
     def prices_setting(self) -> str:
@@ -447,6 +450,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
             kind_providers=values.get("KIND_PROVIDERS"),
             kind_models=values.get("KIND_MODELS"),
             kind_allowed_models=values.get("KIND_ALLOWED_MODELS"),
+            kind_fallbacks=values.get("KIND_FALLBACKS"),
         )
     except ProviderPlanError as error:
         raise ConfigError(str(error)) from error
@@ -461,6 +465,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         spend_time_zone=_spend_time_zone(values.get("SPEND_TIME_ZONE")),
         provider=_default_provider(stage, values.get("PROVIDER")),
         kind_prices=_prices(values.get("KIND_PRICES"), queue_names),
+        skip_kinds=split_list(values.get("SKIP_KINDS")),
         provider_plans=plans,
         openai_base_url=_openai_base_url(stage, values.get("OPENAI_BASE_URL")),
         openai_secret_name=_secret_name(values.get("OPENAI_SECRET_NAME")),
@@ -498,6 +503,20 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
             f"{SQS_VISIBILITY_MAX_SECONDS}s"
         )
     return config
+
+
+def declared_price(kind: str) -> int:
+    """The credits a kind's declaration (or its workflow definition) says a job costs."""
+    from aijobs.kinds.registry import kind as declaration
+    from aijobs.workflows.registry import workflow
+
+    found = declaration(kind)
+    if found is not None:
+        return found.price
+    definition = workflow(kind)
+    if definition is not None:
+        return definition.price
+    raise ConfigError(f"kind {kind!r} is not declared (aijobs/kinds/) and is not a workflow")
 
 
 def _workflow_children(queue_names: tuple[str, ...]) -> dict[str, str]:

@@ -466,7 +466,7 @@ def classify(body: ClassifyRequest) -> ClassifyResponse:
     _principal()
     result = service().classify(body.text)
     return ClassifyResponse(
-        label=result.label, score=result.score, tags=list(result.tags), model=result.model
+        label=result["label"], score=result["score"], tags=list(result["tags"]), model=result["model"]
     )
 
 
@@ -721,6 +721,7 @@ def _openapi_document(kinds: tuple[str, ...]) -> str:
     )
     kind_schema = {"type": "string", "enum": list(kinds)}
     document["components"]["schemas"]["JobRequest"]["properties"]["kind"].update(kind_schema)
+    _describe_kind_options(document, kinds)
     document["components"]["schemas"]["BatchRerunRequest"]["properties"]["kind"].update(kind_schema)
     listings = [("/jobs", "get"), *[(path, method) for path in document["paths"] if path.startswith("/admin/")
                                     for method in document["paths"][path]]]  # fmt: skip
@@ -729,6 +730,38 @@ def _openapi_document(kinds: tuple[str, ...]) -> str:
             if parameter["name"] == "kind":
                 parameter["schema"] = {**kind_schema, "title": "Kind"}
     return json.dumps(document)
+
+
+def _describe_kind_options(document: dict[str, Any], kinds: tuple[str, ...]) -> None:
+    """Each kind's options model as a component schema (`<Kind>Options`), and the map from kind to
+    it on `JobRequest.options` (`x-options-by-kind`): what `POST /jobs` checks at submit."""
+    from aijobs.kinds.registry import kind as kind_of
+    from aijobs.workflows.registry import workflow
+
+    schemas = document["components"]["schemas"]
+    by_kind: dict[str, dict[str, str]] = {}
+    for name in kinds:
+        definition = workflow(name)
+        declaration = kind_of(definition.child_kind if definition is not None else name)
+        if declaration is None:
+            continue
+        schema = declaration.options_model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        if definition is not None:  # a workflow takes its own options besides its child kind's
+            for option in definition.all_options:
+                kind = "integer" if option.integer else "number"
+                schema.setdefault("properties", {})[option.name] = {
+                    "type": kind, "minimum": option.low, "maximum": option.high,
+                    "default": option.default, "description": option.doc,
+                }  # fmt: skip
+        component = "".join(part.title() for part in name.split("-")) + "Options"
+        schema["title"] = component
+        schema["description"] = f"options of `{name}`: {declaration.description}"
+        schemas[component] = schema
+        by_kind[name] = {"$ref": f"#/components/schemas/{component}"}
+    options = schemas["JobRequest"]["properties"]["options"]
+    options["x-options-by-kind"] = by_kind
+    options["description"] = "kind-specific options: see x-options-by-kind (an unknown option is a 422)"
 
 
 # --- the Lambda entry ------------------------------------------------------------------------------

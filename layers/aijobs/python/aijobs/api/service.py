@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from aijobs.api.schemas import (
     ArtifactLink,
@@ -32,6 +33,7 @@ from aijobs.errors import (
     ConflictError,
     InputRefNotFoundError,
     InputRefTooLargeError,
+    InputTooLargeError,
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
@@ -48,15 +50,16 @@ from aijobs.errors import (
     is_dynamodb_throttle,
 )
 from aijobs.ids import new_job_id
+from aijobs.kinds.registry import kind as kind_of
+from aijobs.kinds.run import check_input
 from aijobs.observability import METRIC_ACCEPTED, emit, logger
-from aijobs.provider_plan import KindPlan
-from aijobs.providers.base import Classification, Provider
+from aijobs.provider_plan import CLASSIFY, KindPlan
+from aijobs.providers.base import Provider
 from aijobs.queues import JobQueues
 from aijobs.spend import SpendBrake
 from aijobs.store.jobs import PHASE_SPLIT, IdempotencyKeyExists, JobStore, Page
 from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import (
-    IMAGE_INPUT_KINDS,
     UPLOAD_RULES,
     ResultStore,
     input_ref_is_owned,
@@ -331,6 +334,7 @@ class JobService:
                 code="unknown_kind",
                 details={"kinds": list(self.queues.kinds)},
             )
+        image_input = self._check_kind(request)
         plan = self.plans.get(request.kind)
         if request.model is not None and plan is not None and request.model not in plan.choosable_models:
             raise UnprocessableError(
@@ -370,10 +374,8 @@ class JobService:
                     details={"inputRef": request.inputRef},
                 )
             stored = found.size
-            wanted = "an image" if request.kind in IMAGE_INPUT_KINDS else "text"
-            if found.content_type in UPLOAD_RULES and found.content_type.startswith("image/") != (
-                request.kind in IMAGE_INPUT_KINDS
-            ):
+            wanted = "an image" if image_input else "text"
+            if found.content_type in UPLOAD_RULES and found.content_type.startswith("image/") != image_input:
                 # The upload's own Content-Type (checked by S3 at upload) says it cannot be this
                 # kind's input: refuse now rather than fail in the consumer after a charge.
                 raise UnprocessableError(
@@ -381,7 +383,7 @@ class JobService:
                     code="input_ref_wrong_type",
                     details={"inputRef": request.inputRef, "contentType": found.content_type},
                 )
-            cap = kind_input_cap(request.kind)
+            cap = kind_input_cap(image=image_input)
             if stored > cap:
                 raise InputRefTooLargeError(
                     f"the input is {stored} bytes; {request.kind} takes inputs of up to {cap} bytes",
@@ -389,6 +391,33 @@ class JobService:
                 )
             return stored
         return None
+
+    def _check_kind(self, request: JobRequest) -> bool:
+        """The kind's own rules, before anything is written: its options (its pydantic model) and
+        an inline input (its input limits) are a 422 here, never a failed job later. Returns
+        whether the kind takes an image."""
+        workflow = workflow_of(request.kind)
+        name = workflow.child_kind if workflow is not None else request.kind
+        kind = kind_of(name)
+        if kind is None:
+            return False
+        options = workflow.child_options(request.options) if workflow is not None else request.options
+        try:
+            kind.parse_options(options)
+        except ValidationError as error:
+            raise UnprocessableError(
+                f"{request.kind}: invalid options: {_first_problem(error)}",
+                code="invalid_options",
+                details={"options": _problems(error)},
+            ) from None
+        if workflow is None and request.input is not None:
+            try:
+                check_input(kind, request.input)
+            except InputTooLargeError as error:
+                raise PayloadTooLargeError(str(error)) from None
+            except ProviderError as error:
+                raise UnprocessableError(str(error), code="invalid_input") from None
+        return workflow is None and kind.inputs.type == "image"
 
     def _check_callback(self, principal: Principal, url: str) -> None:
         """A callbackUrl must be acceptable (no private targets) and its owner must have a signing
@@ -520,8 +549,26 @@ class JobService:
             principal.user_id, job_id, status=status, limit=limit, cursor=cursor
         )
 
-    def classify(self, text: str) -> Classification:
-        return self.provider.classify(text)
+    def classify(self, text: str) -> dict[str, Any]:
+        """The synchronous `classify` kind (aijobs/kinds/classify.py) on its stage model: its
+        validated output plus the model that answered."""
+        from aijobs.kinds.run import Step, run
+
+        kind = kind_of(CLASSIFY)
+        plan = self.plans.get(CLASSIFY)
+        if kind is None or plan is None or plan.model is None:
+            raise ServiceUnavailableError("classification is not configured on this stage")
+        try:
+            value = check_input(kind, text)
+        except InputTooLargeError as error:
+            raise PayloadTooLargeError(str(error)) from None
+        except ProviderError as error:
+            raise UnprocessableError(str(error), code="invalid_input") from None
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:26]
+        result = run(
+            kind, self.provider, Step(job_id=f"classify-{digest}", input=value, options={}, model=plan.model)
+        )
+        return {**dict(result.output), "model": result.model or plan.model}
 
     def view(self, job: Job) -> JobView:
         artifacts: list[ArtifactLink] = []
@@ -576,3 +623,18 @@ def callback_view(job: Job) -> CallbackView | None:
         lastError=job.callback_error,
         updatedAt=job.callback_at,
     )
+
+
+def _problems(error: ValidationError) -> list[dict[str, str]]:
+    return [
+        {
+            "option": ".".join(str(part) for part in item.get("loc", ())) or "options",
+            "problem": item.get("msg", ""),
+        }
+        for item in error.errors(include_url=False)[:10]
+    ]
+
+
+def _first_problem(error: ValidationError) -> str:
+    first = _problems(error)[0]
+    return f"{first['option']}: {first['problem']}"

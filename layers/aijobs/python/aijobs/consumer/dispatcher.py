@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -89,7 +89,7 @@ class Consumer:
     queues: JobQueues
     results: ResultStore
     provider: Provider
-    handlers: dict[str, KindHandler]
+    handlers: Mapping[str, KindHandler]
     policy: RetryPolicy
     control: ConsumerControl
     alerts: Alerts
@@ -108,6 +108,8 @@ class Consumer:
     meter: ThrottleMeter | None = None
     # The daily spend brake (aijobs.spend); None: the stage sets no SPEND_DAILY_CAP_USD.
     spend: SpendBrake | None = None
+    # The kind's default model on this stage (its plan); a job's own `model` wins.
+    model: str | None = None
     _paused: bool = field(default=False, init=False)
     # The (day, cap) whose spend alert this container knows was sent.
     _spend_alerted: tuple[str, Decimal] | None = field(default=None, init=False)
@@ -355,7 +357,7 @@ class Consumer:
                     JobContext(
                         job=job, provider=self.provider, results=self.results, store=store,
                         queues=self.queues, clock=self.clock, lease_seconds=self.lease.total_seconds(),
-                        hold_seconds=self.hold.total_seconds(),
+                        hold_seconds=self.hold.total_seconds(), model=self.model,
                     )
                 )  # fmt: skip
             except ProviderError as error:

@@ -1,8 +1,8 @@
-"""One handler per job kind: check the row's input for that kind, then call the provider.
+"""The handler of a declared kind's job: read its input, run the kind (aijobs.kinds.run).
 
-A handler returns the provider's result or raises a typed error (aijobs.errors); the dispatcher
-does the claiming, result writing, retries and acknowledgement. Handlers stay small on purpose:
-adding a kind means adding a function here and a line in registry.py.
+A handler returns the step's result or raises a typed error (aijobs.errors); the dispatcher
+does the claiming, result writing, retries and acknowledgement. A kind's own code (prompt,
+options, output) lives in its module under aijobs/kinds/; nothing here names a kind.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from botocore.exceptions import ClientError
 
 from aijobs.domain import Job
 from aijobs.errors import InvalidInputError
-from aijobs.providers.base import Provider, ProviderRequest, ProviderResult
+from aijobs.providers.base import Provider, ProviderResult
 from aijobs.store.results import ResultStore, is_part_ref
 
 if TYPE_CHECKING:
+    from aijobs.kinds.base import Kind, KindInput
+    from aijobs.kinds.run import Step
     from aijobs.queues import JobQueues
     from aijobs.store.jobs import JobStore
 
@@ -40,17 +42,21 @@ class JobContext:
     lease_seconds: float = 0.0
     hold_seconds: float = 0.0
 
-    def request(
-        self, *, input: Any = None, input_bytes: bytes | None = None, step: str = "main"
-    ) -> ProviderRequest:
-        return ProviderRequest(
+    # The kind's default model on this stage (its plan); a job's own `model` wins.
+    model: str | None = None
+
+    def step(self, value: KindInput, *, step: str = "main") -> Step:
+        """The kind step of this job's attempt (aijobs.kinds.run)."""
+        from aijobs.kinds.run import Step
+
+        # No model only for a provider without models (the synth refuses a kind without one elsewhere).
+        model = self.job.model or self.model or ""
+        return Step(
             job_id=self.job.job_id,
-            kind=self.job.kind,
-            step=step,
-            input=input,
-            input_bytes=input_bytes,
+            input=value,
             options=self.job.options,
-            model=self.job.model,
+            model=model,
+            step=step,
             attempt=self.job.attempts,
             checks=self.job.provider_checks,
             handle=self.job.provider_handle,
@@ -92,44 +98,29 @@ def input_value(ctx: JobContext) -> Any:
         ) from None
 
 
-def _text(ctx: JobContext, *fields: str) -> str:
-    """The job's text input: a string, the first of `fields` in an object input, or the UTF-8 text
-    of the object its `inputRef` names."""
-    job = ctx.job
-    value = input_value(ctx)
-    if isinstance(value, dict):
-        value = next((value[name] for name in fields if isinstance(value.get(name), str)), None)
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{job.kind} needs a non-empty text input ({' or '.join(fields)})")
-    return value
+def kind_input(kind: Kind, ctx: JobContext) -> KindInput:
+    """The job's input as its kind reads it: an uploaded image's bytes, or the inline/uploaded
+    text checked against the kind's input limits."""
+    from aijobs.kinds.base import KindInput
+    from aijobs.kinds.run import check_input
+
+    if kind.inputs.type == "image":
+        if ctx.job.input_ref is None:
+            raise InvalidInputError(f"{kind.name} needs the image by reference (inputRef)")
+        return KindInput(image=_input_bytes(ctx))
+    return check_input(kind, input_value(ctx))
 
 
-def summarize(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
+def kind_step(name: str) -> KindHandler:
+    """The handler of declared kind `name`: its declaration is imported on the first job, so a
+    consumer loads only its own kind's module."""
 
+    def handle(ctx: JobContext) -> ProviderResult:
+        from aijobs.kinds.registry import require
+        from aijobs.kinds.run import run
 
-def embed(ctx: JobContext) -> ProviderResult:
-    # `{"texts": [...]}` embeds a batch in one job; the adapter checks its size and shape.
-    value = input_value(ctx)
-    if isinstance(value, dict) and "texts" in value:
-        return ctx.provider.run(ctx.request(input={"texts": value["texts"]}))
-    return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
+        kind = require(name)
+        return run(kind, ctx.provider, ctx.step(kind_input(kind, ctx)))
 
-
-def generate_image(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx, "prompt", "text")))
-
-
-def caption_image(ctx: JobContext) -> ProviderResult:
-    if ctx.job.input_ref is None:
-        raise InvalidInputError("image-caption needs the image by reference (inputRef)")
-    return ctx.provider.run(ctx.request(input_bytes=_input_bytes(ctx)))
-
-
-def synthesize_speech(ctx: JobContext) -> ProviderResult:
-    return ctx.provider.run(ctx.request(input=_text(ctx, "text")))
-
-
-def generate_video(ctx: JobContext) -> ProviderResult:
-    # Asynchronous provider: the first call starts a task, later calls (re-checks) poll it.
-    return ctx.provider.run(ctx.request(input=_text(ctx, "prompt", "text")))
+    handle.__name__ = f"kind_{name.replace('-', '_')}"
+    return handle

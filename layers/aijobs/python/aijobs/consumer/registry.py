@@ -1,16 +1,18 @@
-"""QUEUE_HANDLERS: the queue name (job kind) -> its handler. Register new kinds here.
+"""QUEUE_HANDLERS: the queue name (job kind) -> its handler. Nothing to register by hand.
 
-Adding a queue: add the name to QUEUE_NAMES in .env.<stage> and a handler below; a test checks
-that every configured queue has one. Workflow kinds (a job split into child jobs, then merged)
-are registered in aijobs/workflows/registry.py (WORKFLOWS) and join this table at the end.
+Every declared kind (a module of aijobs/kinds/, see aijobs/kinds/base.py) is run by the same
+handler (`kind_step`: read the input, run the kind). Workflow kinds (a job split into child jobs,
+then merged) are listed in aijobs/workflows/registry.py (WORKFLOWS) and run their parent steps.
+A consumer looks up only its own kind, which imports only that kind's module; listing all of
+them (synth, tests) imports every kind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from aijobs.consumer import handlers
-from aijobs.consumer.handlers import JobContext, KindHandler
+from aijobs.consumer.handlers import JobContext, KindHandler, kind_step
 from aijobs.workflows.registry import WORKFLOWS, workflow
 
 if TYPE_CHECKING:
@@ -35,13 +37,37 @@ def workflow_step(kind: str) -> KindHandler:
     return handle
 
 
-QUEUE_HANDLERS: dict[str, KindHandler] = {
-    "summary": handlers.summarize,
-    "embedding": handlers.embed,
-    "image-generate": handlers.generate_image,
-    "image-caption": handlers.caption_image,
-    "tts-generate": handlers.synthesize_speech,
-    "video-generate": handlers.generate_video,
-    # report, embedding-batch, image-batch: each runs its parent steps (split, wait, merge).
-    **{kind: workflow_step(kind) for kind in WORKFLOWS},
-}
+class _Handlers(Mapping[str, KindHandler]):
+    """Queue name -> handler, built on lookup."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, KindHandler] = {}
+
+    def __getitem__(self, name: str) -> KindHandler:
+        handler = self._built.get(name)
+        if handler is None:
+            handler = self._built[name] = self._build(name)
+        return handler
+
+    @staticmethod
+    def _build(name: str) -> KindHandler:
+        if name in WORKFLOWS:
+            return workflow_step(name)
+        from aijobs.kinds.registry import kind
+
+        declared = kind(name)
+        if declared is None or declared.sync:
+            raise KeyError(name)
+        return kind_step(name)
+
+    def __iter__(self) -> Iterator[str]:
+        from aijobs.kinds.registry import declared, kind
+
+        queued = [name for name in declared() if not getattr(kind(name), "sync", True)]
+        return iter((*queued, *WORKFLOWS))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+QUEUE_HANDLERS: Mapping[str, KindHandler] = _Handlers()

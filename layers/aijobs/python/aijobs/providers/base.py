@@ -1,31 +1,47 @@
-"""The provider interface: what a consumer hands to an AI provider and what it gets back.
+"""The provider port: the capabilities an AI provider offers, and what a job step gets back.
 
-Adapters (the `local` provider here, HTTP/AWS adapters later) take a `ProviderRequest` and
-return a `ProviderResult`, or raise one of the typed errors of `aijobs.errors` (the retry
-taxonomy). They never see queue messages or rows, and never log input text.
+A provider (the adapters in this package: `local`, `bedrock`, `polly`, `openai`) offers
+**capabilities**, each behind one typed request and result:
+
+| capability  | method                        | request            | result           |
+|-------------|-------------------------------|--------------------|------------------|
+| `text`      | `generate_text`               | `TextRequest`      | `TextResult`     |
+| `embedding` | `embed`                       | `EmbeddingRequest` | `EmbeddingResult`|
+| `image`     | `generate_image`              | `ImageRequest`     | `ImageResult`    |
+| `speech`    | `synthesize_speech`           | `SpeechRequest`    | `ProviderResult` |
+| `video`     | `start_video` / `check_video` | `VideoRequest`     | `ProviderResult` |
+
+An adapter never knows which job kind called it: a kind (aijobs.kinds) turns a job into one of
+these requests and the answer into the job's output. Adapters raise the typed errors of
+`aijobs.errors` (the retry taxonomy); they never see queue messages or rows, and never log input
+text, prompts or model output.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+Capability = Literal["text", "embedding", "image", "speech", "video"]
+CAPABILITY_NAMES: tuple[Capability, ...] = ("text", "embedding", "image", "speech", "video")
 
-class ProviderRequest(BaseModel):
-    # The provider models build their validators on first use (`defer_build`): only the consumers
+
+class _Port(BaseModel):
+    # The port models build their validators on first use (`defer_build`): only the consumers
     # and the API's classify route use them, and none at import.
     model_config = ConfigDict(defer_build=True, frozen=True)
 
+
+class Call(_Port):
+    """Which job step a capability request belongs to, and on which model it runs."""
+
     job_id: str
-    kind: str
     # The step of a multi-step job; with job_id it is the idempotency key of side effects.
     step: str = "main"
-    input: str | dict[str, Any] | None = None
-    # Bytes of a by-reference input (already read from S3 by the consumer), if any.
-    input_bytes: bytes | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
+    # The model the request runs on (a kind's default, a job's choice, or a fallback); empty for a
+    # provider that has no models (Polly has voices, chosen by the request).
+    model: str = ""
     # 1 for the first attempt; the row's attempt counter.
     attempt: int = 1
     # How many times an asynchronous provider task was already checked (re-check path).
@@ -40,18 +56,100 @@ class ProviderRequest(BaseModel):
         return f"{self.job_id}:{self.step}"
 
 
-class Artifact(BaseModel):
-    """A binary output the consumer stores under `results/<jobId>/<step>/<name>`."""
+class TextRequest(_Port):
+    """Text generation: a system text, one user turn (text plus optional images), bounds, and an
+    optional JSON schema the answer must follow (structured output)."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True)
+    call: Call
+    system: str | None = None
+    prompt: str
+    # Images the user turn carries (image understanding), as uploaded bytes.
+    images: tuple[bytes, ...] = ()
+    max_tokens: int = Field(ge=1)
+    temperature: float | None = None
+    # A JSON schema (an output model's `model_json_schema()`): the answer is a JSON object.
+    output_schema: dict[str, Any] | None = None
+    # The name the schema goes by where a provider needs one (a tool name, a response format).
+    output_name: str = "answer"
+
+
+class TextResult(_Port):
+    text: str
+    # The parsed JSON object of a structured answer (None without an output schema).
+    data: dict[str, Any] | None = None
+    # The answer stopped at `max_tokens`.
+    truncated: bool = False
+    model: str
+    usage: dict[str, int] = Field(default_factory=dict)
+    # USD the provider itself reports (the local provider); None: priced from usage.
+    cost: float | None = None
+
+
+class EmbeddingRequest(_Port):
+    call: Call
+    texts: tuple[str, ...] = Field(min_length=1)
+    # None: the model's own default size.
+    dimensions: int | None = None
+    normalize: bool = True
+
+
+class EmbeddingResult(_Port):
+    vectors: tuple[tuple[float, ...], ...]
+    dimensions: int
+    model: str
+    usage: dict[str, int] = Field(default_factory=dict)
+    # USD the provider itself reports (the local provider); None: priced from usage.
+    cost: float | None = None
+
+
+class ImageRequest(_Port):
+    call: Call
+    prompt: str
+    negative_prompt: str | None = None
+    # "W:H", e.g. "1:1", "16:9": each adapter maps it to the sizes its model makes.
+    aspect_ratio: str = "1:1"
+    count: int = Field(default=1, ge=1)
+    seed: int | None = None
+
+
+class Artifact(_Port):
+    """A binary output the consumer stores under `results/<jobId>/<step>/<name>`."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")
     content_type: str
     data: bytes
 
 
-class ProviderResult(BaseModel):
-    model_config = ConfigDict(defer_build=True, frozen=True)
+class ImageResult(_Port):
+    images: tuple[Artifact, ...]
+    model: str
+    usage: dict[str, int] = Field(default_factory=dict)
+    # USD the provider itself reports (the local provider); None: priced from usage.
+    cost: float | None = None
+
+
+class SpeechRequest(_Port):
+    call: Call
+    text: str
+    voice: str | None = None
+    engine: str | None = None
+    format: str | None = None
+    # "text" or "ssml".
+    text_type: str = "text"
+
+
+class VideoRequest(_Port):
+    call: Call
+    prompt: str
+    duration_seconds: int | None = None
+    aspect_ratio: str = "16:9"
+    resolution: str | None = None
+    seed: int | None = None
+    loop: bool = False
+
+
+class ProviderResult(_Port):
+    """What a job step ends with (a kind's output, or an asynchronous task still running)."""
 
     status: Literal["succeeded", "running"]
     # Small JSON output (summary text, vector, caption, manifest); stored on the row when small.
@@ -67,24 +165,42 @@ class ProviderResult(BaseModel):
     stored_artifacts: tuple[str, ...] = ()
 
 
-class Classification(BaseModel):
-    model_config = ConfigDict(defer_build=True, frozen=True)
-
-    label: str
-    score: float = Field(ge=0.0, le=1.0)
-    tags: tuple[str, ...] = ()
-    model: str
-
-
 class Provider(Protocol):
-    """An AI provider adapter."""
+    """An AI provider adapter: its name and the capabilities it implements."""
 
     name: str
+    capabilities: frozenset[str]
 
-    def run(self, request: ProviderRequest) -> ProviderResult:
-        """Do (or check) the work of one job step; raise a `ProviderError` subclass on failure."""
+
+@runtime_checkable
+class TextGenerator(Protocol):
+    def generate_text(self, request: TextRequest) -> TextResult: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResult: ...
+
+
+@runtime_checkable
+class ImageGenerator(Protocol):
+    def generate_image(self, request: ImageRequest) -> ImageResult: ...
+
+
+@runtime_checkable
+class SpeechSynthesizer(Protocol):
+    def synthesize_speech(self, request: SpeechRequest) -> ProviderResult:
+        """Succeeded with the audio, or `running` with a task handle (checked with the same call
+        and `call.handle` set)."""
         ...
 
-    def classify(self, text: str) -> Classification:
-        """The synchronous short-task path (one-line tag/classification)."""
+
+@runtime_checkable
+class VideoGenerator(Protocol):
+    def start_video(self, request: VideoRequest) -> ProviderResult:
+        """`running` with the task's handle (or, rarely, succeeded at once)."""
+        ...
+
+    def check_video(self, request: VideoRequest) -> ProviderResult:
+        """The task of `request.call.handle`: still `running`, or succeeded with the video."""
         ...

@@ -1,9 +1,9 @@
 """The `local` provider: honest, deterministic, dependency-free work done in-process.
 
-It lets the whole job pipeline run (and be tested) without any external AI service. Every kind
-does real, if modest, work with the standard library only: an extractive summary, a hashed
-bag-of-words embedding, a generated PNG, a PNG caption from its decoded pixels, a WAV of tones,
-and an asynchronous "video" made of PNG frames.
+It lets the whole job pipeline run (and be tested) without any external AI service. Every
+capability does real, if modest, work with the standard library only: text as an extractive
+answer (or schema-valid JSON), a hashed bag-of-words embedding, a generated PNG, an image
+description from its decoded pixels, a WAV of tones, and an asynchronous "video" of PNG frames.
 
 Like a payment sandbox's test card numbers, leading `#` directives in the input text make the
 provider misbehave on purpose (see `LocalProvider`). The provider never logs input text.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import re
 import struct
@@ -31,14 +32,33 @@ from aijobs.errors import (
     ThrottledError,
     TransientProviderError,
 )
-from aijobs.providers.base import Artifact, Classification, ProviderRequest, ProviderResult
+from aijobs.providers.base import (
+    Artifact,
+    Call,
+    EmbeddingRequest,
+    EmbeddingResult,
+    ImageRequest,
+    ImageResult,
+    ProviderResult,
+    SpeechRequest,
+    TextRequest,
+    TextResult,
+    VideoRequest,
+)
 
-KINDS = ("summary", "embedding", "image-generate", "image-caption", "tts-generate", "video-generate")
+CAPABILITIES = frozenset({"text", "embedding", "image", "speech", "video"})
+# The local models, one per capability, plus a second text model to fall back to (a kind's
+# fallback can be watched on a laptop: `#fail:503@local-text-1` fails only the first).
+MODELS = {
+    "text": ("local-text-1", "local-text-2"),
+    "embedding": ("local-embedding-1",),
+    "image": ("local-image-1",),
+    "speech": ("local-tts-1",),
+    "video": ("local-video-1",),
+}
 
-_MAX_TEXT_CHARS = 200_000
-_MAX_EMBED_BATCH = 100
-_MAX_PROMPT_CHARS = 4_000
-_MAX_CLASSIFY_CHARS = 10_000
+_MAX_TEXT_CHARS = 1_000_000
+_MAX_EMBED_BATCH = 2048
 _MAX_IMAGE_BYTES = 20 * 1024 * 1024
 _MAX_DECODE_PIXELS = 4096 * 4096
 _MAX_SLEEP_SECONDS = 30.0
@@ -174,32 +194,6 @@ def _split_directives(text: str) -> tuple[_Directives, str]:
             running = max(running or 0, int(value))
         rest = parts[1] if len(parts) > 1 else ""
     return _Directives(tuple(fails), running, tuple(sleeps), crash, cost), rest
-
-
-def _parse_input(raw: str | dict[str, Any] | None) -> tuple[_Directives, str | None]:
-    """The directives and the remaining text of a job input (str, or dict "text"/"prompt")."""
-    if raw is None:
-        return _Directives(), None
-    if isinstance(raw, str):
-        return _split_directives(raw)
-    for key in ("text", "prompt"):
-        if key in raw:
-            value = raw[key]
-            if not isinstance(value, str):
-                raise InvalidInputError(f"input field {key!r} must be a string")
-            return _split_directives(value)
-    return _Directives(), None
-
-
-# --- options ------------------------------------------------------------------------------------
-
-
-def _int_option(options: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    """An integer option within [low, high], else `InvalidInputError`."""
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInputError(f"option {key!r} must be an integer from {low} to {high}")
-    return value
 
 
 def _require_text(text: str | None, limit: int) -> str:
@@ -551,27 +545,152 @@ def _label(text: str, tokens: Sequence[str]) -> tuple[str, float]:
     return ("positive" if positive > negative else "negative"), score
 
 
+# --- structured output --------------------------------------------------------------------------
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """A `$ref` to `#/$defs/<name>` (how pydantic nests models) resolved against the root schema."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        found = root.get("$defs", {}).get(ref[len("#/$defs/") :])
+        if isinstance(found, dict):
+            return found
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        # `X | None`: the non-null branch.
+        for option in options:
+            if isinstance(option, dict) and option.get("type") != "null":
+                return _resolve(option, root)
+    return schema
+
+
+def _choose(values: Sequence[Any], text: str) -> Any:
+    """The enum value the text is about: its sentiment or question label where the enum offers
+    one, else the first value named in the text, else the first value."""
+    label, _ = _label(text, _words(text))
+    if label in values:
+        return label
+    words = set(_words(text))
+    return next((value for value in values if str(value).lower() in words), values[0])
+
+
+def fill_schema(schema: dict[str, Any], text: str, root: dict[str, Any] | None = None) -> Any:
+    """A deterministic value that satisfies `schema` (types, enums, bounds, lengths, required
+    fields), made from `text`: strings are its extract, string lists its keywords, an enum its
+    label, a number its label's score clamped to the bounds. `pattern` is not generated."""
+    root = root or schema
+    schema = _resolve(schema, root)
+    if schema.get("enum"):
+        return _choose(schema["enum"], text)
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        return {name: fill_schema(sub, text, root) for name, sub in properties.items()}
+    if kind == "array":
+        items = schema.get("items", {})
+        low, high = int(schema.get("minItems", 0)), int(schema.get("maxItems", 3))
+        resolved = _resolve(items, root) if isinstance(items, dict) else {}
+        if resolved.get("type") == "string" and "enum" not in resolved:
+            values: list[Any] = [_bounded(word, resolved) for word in _top_keywords(text, max(high, low))]
+        else:
+            values = [fill_schema(items, text, root)] if high else []
+        while len(values) < low:
+            values.append(fill_schema(items, text + f" {len(values)}", root))
+        return values[: max(low, high)]
+    if kind in ("number", "integer"):
+        _, score = _label(text, _words(text))
+        return _number(schema, score, integer=kind == "integer")
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    sentences = _split_sentences(text) or [text.strip() or "local"]
+    return _bounded(" ".join(extractive_summary(text, max(1, len(sentences) // 3))) or sentences[0], schema)
+
+
+def _number(schema: dict[str, Any], score: float, *, integer: bool) -> float | int:
+    """A number within the schema's bounds (inclusive and exclusive): the text's score where it
+    fits, else the middle of the bounds, else next to the one bound there is."""
+    low, high = schema.get("minimum"), schema.get("maximum")
+    low_x, high_x = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+
+    def fits(value: float) -> bool:
+        return (
+            (low is None or value >= low)
+            and (high is None or value <= high)
+            and (low_x is None or value > low_x)
+            and (high_x is None or value < high_x)
+        )
+
+    lows = [bound for bound in (low, low_x) if bound is not None]
+    highs = [bound for bound in (high, high_x) if bound is not None]
+    candidates = [score]
+    if lows and highs:
+        candidates.append((max(lows) + min(highs)) / 2)
+    candidates += [bound + 1 for bound in lows] + [bound - 1 for bound in highs] + lows + highs
+    for candidate in candidates:
+        for value in (math.ceil(candidate), math.floor(candidate)) if integer else (candidate,):
+            if fits(value):
+                return value
+    return candidates[-1]
+
+
+def _bounded(text: str, schema: dict[str, Any]) -> str:
+    text = text[: int(schema.get("maxLength", len(text)))]
+    return text.ljust(int(schema.get("minLength", 0)), ".")
+
+
 # --- the provider -------------------------------------------------------------------------------
 
 
-def task_handle(request: ProviderRequest) -> str:
+def task_handle(call: Call) -> str:
     """The deterministic task id of a job step: "local-" + 16 hex digits of sha256(job_id + step)."""
-    return "local-" + hashlib.sha256((request.job_id + request.step).encode("utf-8")).hexdigest()[:16]
+    return "local-" + hashlib.sha256((call.job_id + call.step).encode("utf-8")).hexdigest()[:16]
 
 
-def _running(request: ProviderRequest) -> ProviderResult:
-    return ProviderResult(status="running", handle=task_handle(request), cost=0.0)
+def _merge(first: _Directives, second: _Directives) -> _Directives:
+    def larger(a: int | None, b: int | None) -> int | None:
+        return b if a is None else a if b is None else max(a, b)
+
+    return _Directives(
+        fails=first.fails + second.fails,
+        running=larger(first.running, second.running),
+        sleeps=first.sleeps + second.sleeps,
+        crash=larger(first.crash, second.crash),
+        cost=second.cost if second.cost is not None else first.cost,
+    )
+
+
+def directives_of(text: str) -> tuple[_Directives, str]:
+    """The directives that open any line of `text` (a kind's template may put text before the
+    job's input), and the text without them."""
+    found = _Directives()
+    lines = []
+    for line in text.split("\n"):
+        if line.lstrip().startswith("#"):
+            directives, line = _split_directives(line)
+            found = _merge(found, directives)
+        lines.append(line)
+    return found, "\n".join(lines)
 
 
 class LocalProvider:
-    """The in-process provider. Deterministic: the same request gives the same result.
+    """The in-process provider: every capability, deterministic (the same request gives the same
+    answer), no network. Its models are `MODELS`; any other model id is refused as unavailable.
 
-    Kinds: `summary`, `embedding`, `image-generate`, `image-caption`, `tts-generate` and the
-    asynchronous `video-generate` (first call answers `running` with a handle; the result comes
-    once the task was checked `video_checks` times).
+    - text: the most representative sentences of the user turn (as many as an "at most N
+      sentences" in the system text says, else about a third of them, within `max_tokens` words;
+      the one instruction it follows); with an image, its size and main colour; with an output schema, a
+      schema-valid JSON object made from the text (`fill_schema`);
+    - embedding: a hashed bag-of-words vector per text (64 dimensions unless asked);
+    - image: a PNG pattern in the prompt's colours (64 px on the short side, per aspect ratio);
+    - speech: a WAV of one tone per word;
+    - video: asynchronous; `running` until checked `video_checks` times, then four PNG frames.
 
-    Magic directives, leading `#` words of the input text (str, or dict "text"/"prompt"), are
-    stripped before the work and may be combined:
+    Magic directives, `#` words opening a line of the input text, are stripped before the work
+    and may be combined:
 
     - `#fail:503xN`, `#fail:502xN`, `#fail:timeoutxN`: `TransientProviderError` while
       `attempt <= N`; `#fail:429xN`: `ThrottledError(retry_after=throttle_retry_after)`.
@@ -582,11 +701,12 @@ class LocalProvider:
     - `#sleep:S`: sleep S seconds (at most 30) before working.
     - `#crash` / `#crash:N`: raise `SimulatedCrash` (a `BaseException`) on attempt 1 / while
       `attempt <= N`, after any sleep: the attempt dies like a Lambda killed by its timeout.
-    - `#cost:USD`: the succeeded result reports this cost (e.g. `#cost:0.05`) instead of 0, so
-      the spend brake can be tried locally.
+    - `#cost:USD`: the answer reports this cost (e.g. `#cost:0.05`) instead of 0, so the spend
+      brake can be tried locally.
     """
 
     name: str = "local"
+    capabilities: frozenset[str] = CAPABILITIES
 
     def __init__(
         self,
@@ -600,60 +720,148 @@ class LocalProvider:
         self._throttle_retry_after = throttle_retry_after
         self._video_checks = video_checks
         self._sleep = sleep
-        self._handlers: dict[str, Callable[[ProviderRequest, str | None], ProviderResult]] = {
-            "summary": self._summary,
-            "embedding": self._embedding,
-            "image-generate": self._image_generate,
-            "image-caption": self._image_caption,
-            "tts-generate": self._tts_generate,
-        }
 
-    def run(self, request: ProviderRequest) -> ProviderResult:
-        """Do (or check) one job step; raise a typed `ProviderError` on failure."""
-        if request.kind not in KINDS:
-            raise InvalidInputError(f"the local provider has no kind {request.kind!r}")
-        directives, text = _parse_input(request.input)
-        self._simulate(request, directives)
-        result = self._work(request, directives, text)
-        if directives.cost is not None and result.status == "succeeded":
-            return result.model_copy(update={"cost": directives.cost})
-        return result
+    # --- capabilities -------------------------------------------------------------------------
 
-    def _work(self, request: ProviderRequest, directives: _Directives, text: str | None) -> ProviderResult:
-        if request.handle is not None and request.handle != task_handle(request):
-            raise InvalidInputError("unknown task handle")
-        if request.kind == "video-generate":
-            checks = self._video_checks if directives.running is None else directives.running
-            return self._video_generate(request, text, checks)
-        if request.kind == "embedding" and isinstance(request.input, dict) and "texts" in request.input:
-            return self._embedding_batch(request)
-        if request.kind == "image-caption":
-            _require_image(request)
+    def generate_text(self, request: TextRequest) -> TextResult:
+        directives, prompt = directives_of(request.prompt)
+        self._simulate(request.call, directives, "text")
+        cut = False
+        if request.images:
+            answer = _describe_image(request.images[0])
         else:
-            _require_text(text, _MAX_TEXT_CHARS)
-        if directives.running is not None and request.checks < directives.running:
-            return _running(request)
-        return self._handlers[request.kind](request, text)
+            answer, cut = _answer(
+                _require_text(prompt, _MAX_TEXT_CHARS), request.max_tokens, _sentence_limit(request.system)
+            )
+        data = None
+        if request.output_schema is not None:
+            data = fill_schema(request.output_schema, prompt if not request.images else answer)
+            answer = json.dumps(data, ensure_ascii=False)
+        words = len(_words(answer))
+        return TextResult(
+            text=answer,
+            data=data,
+            truncated=cut,
+            model=request.call.model,
+            usage={"input_tokens": len(_words(prompt)), "output_tokens": words},
+            cost=directives.cost if directives.cost is not None else 0.0,
+        )
 
-    def classify(self, text: str) -> Classification:
-        """Label `text` positive / negative / neutral / question with a small lexicon."""
-        text = _require_text(text, _MAX_CLASSIFY_CHARS)
-        label, score = _label(text, _words(text))
-        return Classification(label=label, score=score, tags=_top_keywords(text), model="local-classifier-1")
+    def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        directives, first = directives_of(request.texts[0])
+        self._simulate(request.call, directives, "embedding")
+        if len(request.texts) > _MAX_EMBED_BATCH:
+            raise InputTooLargeError(f"at most {_MAX_EMBED_BATCH} texts per request")
+        dimensions = request.dimensions if request.dimensions is not None else 64
+        if not 8 <= dimensions <= 1024:
+            raise InvalidInputError("the local embedding model makes 8 to 1024 dimensions")
+        texts = (first, *request.texts[1:])
+        if not any(_words(text) for text in texts):
+            raise InvalidInputError("input has no words to embed")
+        vectors = tuple(
+            tuple(hashed_embedding(_require_text(text, _MAX_TEXT_CHARS), dimensions)) for text in texts
+        )
+        return EmbeddingResult(
+            vectors=vectors,
+            dimensions=dimensions,
+            model=request.call.model,
+            usage={"input_tokens": sum(len(_words(text)) for text in texts), "texts": len(texts)},
+            cost=directives.cost if directives.cost is not None else 0.0,
+        )
+
+    def generate_image(self, request: ImageRequest) -> ImageResult:
+        directives, prompt = directives_of(request.prompt)
+        self._simulate(request.call, directives, "image")
+        prompt = _require_text(prompt, _MAX_TEXT_CHARS)
+        width, height = _local_size(request.aspect_ratio)
+        images = tuple(
+            Artifact(
+                name="image.png" if request.count == 1 else f"image-{index}.png",
+                content_type="image/png",
+                data=render_image(prompt if index == 1 else f"{prompt} #{index}", width, height),
+            )
+            for index in range(1, request.count + 1)
+        )
+        return ImageResult(
+            images=images,
+            model=request.call.model,
+            usage={"images": len(images), "pixels": width * height * len(images)},
+            cost=directives.cost if directives.cost is not None else 0.0,
+        )
+
+    def synthesize_speech(self, request: SpeechRequest) -> ProviderResult:
+        directives, text = directives_of(request.text)
+        self._simulate(request.call, directives, "speech")
+        text = _require_text(text, _MAX_TEXT_CHARS)
+        if directives.running is not None and request.call.checks < directives.running:
+            return _running(request.call)
+        words = _words(text)
+        if not words:
+            raise InvalidInputError("input has no words to speak")
+        samples = _speech_samples(len(words))
+        if samples > _MAX_AUDIO_SECONDS * SAMPLE_RATE:
+            raise InputTooLargeError(f"speech would exceed {_MAX_AUDIO_SECONDS:.0f} seconds")
+        return ProviderResult(
+            status="succeeded",
+            output={"audio": "speech.wav", "duration_seconds": samples / SAMPLE_RATE, "words": len(words)},
+            artifacts=(Artifact(name="speech.wav", content_type="audio/wav", data=synthesize_wav(words)),),
+            model=request.call.model,
+            usage={"characters": len(text), "audio_ms": samples * 1000 // SAMPLE_RATE},
+            cost=directives.cost if directives.cost is not None else 0.0,
+        )
+
+    def start_video(self, request: VideoRequest) -> ProviderResult:
+        directives, prompt = directives_of(request.prompt)
+        self._simulate(request.call, directives, "video")
+        _require_text(prompt, _MAX_TEXT_CHARS)
+        return _running(request.call)
+
+    def check_video(self, request: VideoRequest) -> ProviderResult:
+        directives, prompt = directives_of(request.prompt)
+        self._simulate(request.call, directives, "video")
+        prompt = _require_text(prompt, _MAX_TEXT_CHARS)
+        if request.call.handle != task_handle(request.call):
+            raise InvalidInputError("unknown task handle")
+        checks = self._video_checks if directives.running is None else directives.running
+        if request.call.checks < checks:
+            return _running(request.call)
+        width, height = _local_size(request.aspect_ratio, short=32)
+        frames = tuple(
+            Artifact(
+                name=f"frame-{index:03d}.png",
+                content_type="image/png",
+                data=render_image(prompt, width, height, phase=index),
+            )
+            for index in range(4)
+        )
+        return ProviderResult(
+            status="succeeded",
+            output={"frames": len(frames), "width": width, "height": height},
+            artifacts=frames,
+            model=request.call.model,
+            usage={"videoSeconds": request.duration_seconds or 4, "frames": len(frames)},
+            cost=directives.cost if directives.cost is not None else 0.0,
+        )
 
     # --- directives ---------------------------------------------------------------------------
 
-    def _simulate(self, request: ProviderRequest, directives: _Directives) -> None:
-        """Sleep, then crash or raise the first directed failure that applies to this attempt."""
+    def _simulate(self, call: Call, directives: _Directives, capability: str) -> None:
+        """Refuse a model it does not have; sleep, then crash or raise the first directed failure
+        that applies to this attempt."""
+        if call.model not in MODELS[capability]:
+            raise InvalidInputError(
+                f"the local provider has no {capability} model {call.model[:80]!r} "
+                f"(it has {', '.join(MODELS[capability])})"
+            )
         for seconds in directives.sleeps:
             self._sleep(seconds)
-        if directives.crash is not None and request.attempt <= directives.crash:
-            raise SimulatedCrash(f"local provider: simulated crash on attempt {request.attempt}")
+        if directives.crash is not None and call.attempt <= directives.crash:
+            raise SimulatedCrash(f"local provider: simulated crash on attempt {call.attempt}")
         for fail in directives.fails:
-            if fail.until_rerun and request.reruns > 0:
+            if fail.until_rerun and call.reruns > 0:
                 continue
-            if fail.times is None or request.attempt <= fail.times:
-                raise self._failure(fail, request.attempt)
+            if fail.times is None or call.attempt <= fail.times:
+                raise self._failure(fail, call.attempt)
 
     def _failure(self, fail: _Fail, attempt: int) -> Exception:
         what = f"local provider: simulated {fail.code} on attempt {attempt}"
@@ -669,124 +877,65 @@ class LocalProvider:
             return InvalidInputError(what, status=400)
         return ProviderAuthError(what, status=int(fail.code))
 
-    # --- kinds --------------------------------------------------------------------------------
 
-    def _summary(self, request: ProviderRequest, text: str | None) -> ProviderResult:
-        text = _require_text(text, _MAX_TEXT_CHARS)
-        count = _int_option(request.options, "sentences", 3, 1, 100)
-        kept = extractive_summary(text, count)
-        summary = " ".join(kept)
-        return _succeeded(
-            {"summary": summary, "sentences": len(kept)},
-            "local-summary-1",
-            {"input_chars": len(text), "output_chars": len(summary)},
-        )
-
-    def _embedding(self, request: ProviderRequest, text: str | None) -> ProviderResult:
-        text = _require_text(text, _MAX_TEXT_CHARS)
-        dimensions = _int_option(request.options, "dimensions", 64, 8, 1024)
-        if not _words(text):
-            raise InvalidInputError("input has no words to embed")
-        vector = hashed_embedding(text, dimensions)
-        return _succeeded(
-            {"vector": vector, "dimensions": dimensions},
-            "local-embedding-1",
-            {"input_chars": len(text), "input_tokens": len(_words(text))},
-        )
-
-    def _embedding_batch(self, request: ProviderRequest) -> ProviderResult:
-        """`{"texts": [...]}`: one vector per text, in order, in one job (the shape every adapter
-        answers a batch with)."""
-        assert isinstance(request.input, dict)
-        texts = request.input["texts"]
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise InvalidInputError("input 'texts' must be a non-empty list of strings")
-        if len(texts) > _MAX_EMBED_BATCH:
-            raise InputTooLargeError(f"at most {_MAX_EMBED_BATCH} texts per embedding job")
-        dimensions = _int_option(request.options, "dimensions", 64, 8, 1024)
-        vectors = [hashed_embedding(_require_text(text, _MAX_TEXT_CHARS), dimensions) for text in texts]
-        tokens = sum(len(_words(text)) for text in texts)
-        return _succeeded(
-            {"vectors": vectors, "count": len(vectors), "dimensions": dimensions},
-            "local-embedding-1",
-            {"input_chars": sum(len(text) for text in texts), "input_tokens": tokens, "texts": len(texts)},
-        )
-
-    def _image_generate(self, request: ProviderRequest, text: str | None) -> ProviderResult:
-        prompt = _require_text(text, _MAX_PROMPT_CHARS)
-        width = _int_option(request.options, "width", 64, 8, 512)
-        height = _int_option(request.options, "height", 64, 8, 512)
-        png = render_image(prompt, width, height)
-        return _succeeded(
-            {"width": width, "height": height, "bytes": len(png)},
-            "local-image-1",
-            {"pixels": width * height},
-            (Artifact(name="image.png", content_type="image/png", data=png),),
-        )
-
-    def _image_caption(self, request: ProviderRequest, text: str | None) -> ProviderResult:
-        info = parse_png(_require_image(request))
-        caption = f"a {info.width}x{info.height} image"
-        if info.bit_depth == 8 and info.interlace == 0 and info.colour_type in _CHANNELS:
-            if info.width * info.height > _MAX_DECODE_PIXELS:
-                raise InputTooLargeError(f"image has more than {_MAX_DECODE_PIXELS} pixels")
-            caption += f", mostly {nearest_colour_name(average_colour(info))}"
-        return _succeeded(
-            {"caption": caption, "width": info.width, "height": info.height},
-            "local-caption-1",
-            {"pixels": info.width * info.height, "output_chars": len(caption)},
-        )
-
-    def _tts_generate(self, request: ProviderRequest, text: str | None) -> ProviderResult:
-        text = _require_text(text, _MAX_TEXT_CHARS)
-        words = _words(text)
-        if not words:
-            raise InvalidInputError("input has no words to speak")
-        samples = _speech_samples(len(words))
-        if samples > _MAX_AUDIO_SECONDS * SAMPLE_RATE:
-            raise InputTooLargeError(f"speech would exceed {_MAX_AUDIO_SECONDS:.0f} seconds")
-        wav = synthesize_wav(words)
-        return _succeeded(
-            {"duration_seconds": samples / SAMPLE_RATE, "words": len(words)},
-            "local-tts-1",
-            {"input_chars": len(text), "audio_ms": samples * 1000 // SAMPLE_RATE},
-            (Artifact(name="speech.wav", content_type="audio/wav", data=wav),),
-        )
-
-    def _video_generate(self, request: ProviderRequest, text: str | None, checks: int) -> ProviderResult:
-        """Submit (no handle: `running`), or check the task: `running` until `checks` checks."""
-        prompt = _require_text(text, _MAX_PROMPT_CHARS)
-        width = _int_option(request.options, "width", 32, 8, 512)
-        height = _int_option(request.options, "height", 32, 8, 512)
-        if request.handle is None or request.checks < checks:
-            return _running(request)
-        frames = tuple(
-            Artifact(
-                name=f"frame-{index:03d}.png",
-                content_type="image/png",
-                data=render_image(prompt, width, height, phase=index),
-            )
-            for index in range(4)
-        )
-        return _succeeded(
-            {"frames": len(frames), "width": width, "height": height},
-            "local-video-1",
-            {"pixels": width * height * len(frames), "frames": len(frames)},
-            frames,
-        )
+def _running(call: Call) -> ProviderResult:
+    return ProviderResult(status="running", handle=task_handle(call), model=call.model, cost=0.0)
 
 
-def _require_image(request: ProviderRequest) -> bytes:
-    if not request.input_bytes:
-        raise InvalidInputError("image-caption needs the image bytes")
-    if len(request.input_bytes) > _MAX_IMAGE_BYTES:
+_SENTENCE_LIMIT = re.compile(r"\bat most (\d{1,4}) sentences?\b", re.IGNORECASE)
+
+
+def _sentence_limit(system: str | None) -> int | None:
+    """The one instruction the local text model follows: "at most N sentences" in its system text."""
+    match = _SENTENCE_LIMIT.search(system or "")
+    return int(match.group(1)) if match else None
+
+
+def _answer(text: str, max_tokens: int, sentence_limit: int | None = None) -> tuple[str, bool]:
+    """The text's most representative sentences in their order: `sentence_limit` of them, else
+    about a third, within `max_tokens` words (counted as `_words` counts them); and whether the
+    answer was cut to fit."""
+    sentences = _split_sentences(text)
+    count = sentence_limit if sentence_limit else math.ceil(len(sentences) / 3)
+    kept = extractive_summary(text, max(1, count))
+    answer: list[str] = []
+    used = 0
+    for sentence in kept:
+        size = len(_words(sentence))
+        if used + size <= max_tokens:
+            answer.append(sentence)
+            used += size
+            continue
+        if not answer:  # the first sentence alone is too long: its first words
+            tokens: list[str] = []
+            for token in sentence.split():
+                if used + len(_words(token)) > max_tokens:
+                    break
+                tokens.append(token)
+                used += len(_words(token))
+            return " ".join(tokens), True
+        return " ".join(answer), True
+    return " ".join(answer), False
+
+
+def _describe_image(data: bytes) -> str:
+    if len(data) > _MAX_IMAGE_BYTES:
         raise InputTooLargeError(f"image is larger than {_MAX_IMAGE_BYTES} bytes")
-    return request.input_bytes
+    info = parse_png(data)
+    caption = f"a {info.width}x{info.height} image"
+    if info.bit_depth == 8 and info.interlace == 0 and info.colour_type in _CHANNELS:
+        if info.width * info.height > _MAX_DECODE_PIXELS:
+            raise InputTooLargeError(f"image has more than {_MAX_DECODE_PIXELS} pixels")
+        caption += f", mostly {nearest_colour_name(average_colour(info))}"
+    return caption
 
 
-def _succeeded(
-    output: Any, model: str, usage: dict[str, int], artifacts: tuple[Artifact, ...] = ()
-) -> ProviderResult:
-    return ProviderResult(
-        status="succeeded", output=output, artifacts=artifacts, model=model, usage=usage, cost=0.0
-    )
+def _local_size(aspect_ratio: str, short: int = 64) -> tuple[int, int]:
+    """(width, height) with `short` pixels on the short side for a "W:H" ratio."""
+    raw_width, _, raw_height = aspect_ratio.partition(":")
+    if not (raw_width.isdigit() and raw_height.isdigit()) or not int(raw_width) or not int(raw_height):
+        raise InvalidInputError(f"aspect ratio {aspect_ratio[:20]!r} is not W:H")
+    width, height = int(raw_width), int(raw_height)
+    if width >= height:
+        return min(512, round(short * width / height)), short
+    return short, min(512, round(short * height / width))

@@ -1,4 +1,4 @@
-"""The `polly` provider: Amazon Polly for `tts-generate`.
+"""The `polly` provider: Amazon Polly, the speech capability.
 
 Short text (up to 3,000 characters) is spoken by `SynthesizeSpeech` within the attempt and comes
 back as an audio artifact. Longer text (up to 100,000 characters) becomes a
@@ -18,11 +18,11 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderError, TransientProviderError
-from aijobs.providers.base import Artifact, Classification, ProviderRequest, ProviderResult
+from aijobs.providers.base import Artifact, Call, ProviderResult, SpeechRequest
 from aijobs.providers.failures import aws_failure, aws_task_failure, request_maybe_accepted
 from aijobs.store.results import result_prefix
 
-KINDS = ("tts-generate",)
+CAPABILITIES = frozenset({"speech"})
 
 # SynthesizeSpeech takes at most 3,000 billed characters, so longer text must go the asynchronous
 # way; up to that size the synchronous call also finishes well inside one consumer run and needs
@@ -78,15 +78,16 @@ def client_config(*, connect_timeout: float = 3, read_timeout: float = 30) -> Co
 
 
 class PollyProvider:
-    """Amazon Polly adapter; `tts-generate` only.
+    """Amazon Polly adapter; the speech capability only.
 
-    Options: `voice` (an allow-listed VoiceId, default Joanna), `engine` (standard, neural,
+    A request's `voice` (an allow-listed VoiceId, default Joanna), `engine` (standard, neural,
     long-form, generative; default neural), `format` (mp3, ogg_vorbis, pcm; default mp3) and
-    `textType` (text or ssml). `bucket` receives the audio of long texts. The client is created on
+    `text_type` (text or ssml). `bucket` receives the audio of long texts. The client is created on
     first use (never at import); tests inject a stubbed one.
     """
 
     name: str = "polly"
+    capabilities: frozenset[str] = CAPABILITIES
 
     def __init__(
         self,
@@ -117,27 +118,21 @@ class PollyProvider:
             raise aws_failure(error, service="Polly") from error
         return response
 
-    def run(self, request: ProviderRequest) -> ProviderResult:
-        """Speak the job's text, or with `request.handle` check its synthesis task."""
-        if request.kind not in KINDS:
-            raise InvalidInputError(f"the polly provider only does tts-generate, not {request.kind!r}")
-        text = _text(request.input)
-        speech = self._speech_params(request.options)
-        if request.handle is not None:
-            return self._check(request.handle)
+    def synthesize_speech(self, request: SpeechRequest) -> ProviderResult:
+        """Speak the text, or with `call.handle` check its synthesis task."""
+        text = _text(request.text)
+        speech = self._speech_params(request)
+        if request.call.handle is not None:
+            return self._check(request.call.handle)
         if len(text) <= MAX_SYNC_CHARS:
             return self._synthesize(text, speech)
-        return self._start(request, text, speech)
+        return self._start(request.call, text, speech)
 
-    def classify(self, text: str) -> Classification:
-        """Polly does not classify text."""
-        raise InvalidInputError("the polly provider does not classify text")
-
-    def _speech_params(self, options: Mapping[str, Any]) -> dict[str, str]:
-        voice = _choice(options, "voice", DEFAULT_VOICE, self._voices)
-        engine = _choice(options, "engine", DEFAULT_ENGINE, ENGINES)
-        output_format = _choice(options, "format", DEFAULT_FORMAT, _FORMATS)
-        text_type = _choice(options, "textType", "text", TEXT_TYPES)
+    def _speech_params(self, request: SpeechRequest) -> dict[str, str]:
+        voice = _choice("voice", request.voice or DEFAULT_VOICE, self._voices)
+        engine = _choice("engine", request.engine or DEFAULT_ENGINE, ENGINES)
+        output_format = _choice("format", request.format or DEFAULT_FORMAT, _FORMATS)
+        text_type = _choice("textType", request.text_type, TEXT_TYPES)
         return {"VoiceId": voice, "Engine": engine, "OutputFormat": output_format, "TextType": text_type}
 
     def _synthesize(self, text: str, speech: dict[str, str]) -> ProviderResult:
@@ -158,7 +153,7 @@ class PollyProvider:
             usage={"characters": characters},
         )
 
-    def _start(self, request: ProviderRequest, text: str, speech: dict[str, str]) -> ProviderResult:
+    def _start(self, call: Call, text: str, speech: dict[str, str]) -> ProviderResult:
         # StartSpeechSynthesisTask has no idempotency token: a retry after a lost answer starts a
         # second task (billed twice; the row keeps the first handle it hears of). So the start is
         # retried only when Polly cannot have accepted it (no connection, or an error answer); a
@@ -168,7 +163,7 @@ class PollyProvider:
             response = self._polly().start_speech_synthesis_task(
                 Text=text,
                 OutputS3BucketName=self._bucket,
-                OutputS3KeyPrefix=result_prefix(request.job_id, request.step),
+                OutputS3KeyPrefix=result_prefix(call.job_id, call.step),
                 **speech,
             )
         except (ClientError, BotoCoreError) as error:
@@ -221,18 +216,16 @@ class PollyProvider:
         return key
 
 
-def _text(raw: str | dict[str, Any] | None) -> str:
-    text = raw.get("text") if isinstance(raw, dict) else raw
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInputError("tts-generate needs a non-empty text input")
+def _text(text: str) -> str:
+    if not text.strip():
+        raise InvalidInputError("speech needs a non-empty text")
     if len(text) > MAX_TASK_CHARS:
         raise InputTooLargeError(f"input has {len(text)} characters; Polly takes at most {MAX_TASK_CHARS}")
     return text
 
 
-def _choice(options: Mapping[str, Any], key: str, default: str, allowed: Collection[str]) -> str:
-    value = options.get(key, default)
-    if not isinstance(value, str) or value not in allowed:
+def _choice(key: str, value: str, allowed: Collection[str]) -> str:
+    if value not in allowed:
         raise InvalidInputError(f"option {key!r} must be one of: {', '.join(sorted(allowed))}")
     return value
 

@@ -1,16 +1,18 @@
 """Provider adapters by name, built from a function's settings: one instance per process.
 
-A consumer serves one kind, so it builds the provider its kind's plan names; the API builds the
-one `classify` runs on. Adapters create their AWS/HTTP clients lazily: building one costs no I/O.
+A consumer serves one kind, so it builds the provider its kind's plan names (and those of its
+fallback models); the API builds the one `classify` runs on. Adapters know no kinds and no
+models until a request names one; they create their AWS/HTTP clients lazily: building one costs
+no I/O.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aijobs.provider_plan import PROVIDERS, KindPlan
+from aijobs.provider_plan import PROVIDERS
 
 if TYPE_CHECKING:
     from aijobs.providers.base import Provider
@@ -37,19 +39,13 @@ def get_provider(name: str) -> Provider:
 
 
 def build_provider(name: str, settings: _ProviderSettings, *, bucket: str | None) -> Provider:
-    """The adapter called `name`, configured from the stage's provider plan; cached per process."""
-    plans = settings.plans
+    """The adapter called `name`, configured from the function's settings; cached per process."""
     if name == "local":
         return get_provider("local")
     if name == "bedrock":
         from aijobs.providers.bedrock import BedrockProvider
 
-        models = _models(plans, "bedrock")
-        allowed = {kind: plan.choosable_models for kind, plan in _own_plans(plans, "bedrock").items()}
-        return _cached(
-            ("bedrock", repr(sorted(models.items()))),
-            lambda: BedrockProvider(models=models, bucket=_need(bucket), allowed_models=allowed),
-        )
+        return _cached(("bedrock", ""), lambda: BedrockProvider(bucket=_need(bucket)))
     if name == "polly":
         from aijobs.providers.polly import PollyProvider
 
@@ -57,11 +53,10 @@ def build_provider(name: str, settings: _ProviderSettings, *, bucket: str | None
     if name == "openai":
         from aijobs.providers.openai import OpenAIProvider
 
-        models = _models(plans, "openai")
         key = openai_key_source(settings.openai_secret_name)
         return _cached(
-            ("openai", settings.openai_base_url + repr(sorted(models.items()))),
-            lambda: OpenAIProvider(api_key=key, base_url=settings.openai_base_url, models=models),
+            ("openai", settings.openai_base_url),
+            lambda: OpenAIProvider(api_key=key, base_url=settings.openai_base_url),
         )
     raise ValueError(f"unknown provider {name!r}; known providers: {', '.join(PROVIDER_NAMES)}")
 
@@ -85,19 +80,6 @@ def openai_key_source(secret_name: str | None) -> Callable[[], str | None]:
 def reset_providers() -> None:
     """Forget built adapters (tests, local stack restarts)."""
     _INSTANCES.clear()
-
-
-def _own_plans(plans: Mapping[str, KindPlan], provider: str) -> dict[str, KindPlan]:
-    """The plans an adapter runs. A workflow kind's plan is its child kind's, and a workflow calls
-    its provider as the child kind (aijobs.workflows.base), so the adapter never sees it: left out
-    (Bedrock's adapter refuses a kind it does not know)."""
-    from aijobs.workflows.registry import WORKFLOWS
-
-    return {kind: plan for kind, plan in plans.items() if plan.provider == provider and kind not in WORKFLOWS}
-
-
-def _models(plans: Mapping[str, KindPlan], provider: str) -> dict[str, str]:
-    return {kind: plan.model for kind, plan in _own_plans(plans, provider).items() if plan.model}
 
 
 def _need(bucket: str | None) -> str:

@@ -43,6 +43,7 @@ class _ProviderSettings(BaseModel):
     kind_providers: str = Field(validation_alias="KIND_PROVIDERS", min_length=1)
     kind_models: str = Field(validation_alias="KIND_MODELS", default="")
     kind_allowed_models: str = Field(validation_alias="KIND_ALLOWED_MODELS", default="")
+    kind_fallbacks: str = Field(validation_alias="KIND_FALLBACKS", default="")
     openai_base_url: str = Field(validation_alias="OPENAI_BASE_URL", min_length=1)
     # Deployed stages read the OpenAI-compatible key from this secret; the local stack from
     # the OPENAI_API_KEY environment variable of the developer's shell.
@@ -55,6 +56,7 @@ class _ProviderSettings(BaseModel):
                 "KIND_PROVIDERS": self.kind_providers,
                 "KIND_MODELS": self.kind_models,
                 "KIND_ALLOWED_MODELS": self.kind_allowed_models,
+                "KIND_FALLBACKS": self.kind_fallbacks,
             }
         )
 

@@ -40,8 +40,6 @@ UPLOAD_RULES: dict[str, int] = {
     "image/webp": IMAGE_INPUT_MAX_BYTES,
     "image/gif": IMAGE_INPUT_MAX_BYTES,
 }
-# Kinds whose input is an image; every other kind reads its `inputRef` as UTF-8 text.
-IMAGE_INPUT_KINDS = frozenset({"image-caption"})
 # A presigned upload form is good for this long: enough to start an upload, not to share it.
 UPLOAD_FORM_SECONDS = 300
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -53,9 +51,9 @@ _EXTENSIONS = {
 }  # fmt: skip
 
 
-def kind_input_cap(kind: str) -> int:
-    """The largest uploaded input (bytes) a job of `kind` takes by `inputRef`."""
-    return IMAGE_INPUT_MAX_BYTES if kind in IMAGE_INPUT_KINDS else TEXT_INPUT_MAX_BYTES
+def kind_input_cap(*, image: bool) -> int:
+    """The largest uploaded input (bytes) a job takes by `inputRef`: an image, or a text."""
+    return IMAGE_INPUT_MAX_BYTES if image else TEXT_INPUT_MAX_BYTES
 
 
 def new_input_key(user_id: str, unique: str, content_type: str, name: str | None = None) -> str:

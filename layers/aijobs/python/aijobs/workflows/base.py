@@ -10,7 +10,7 @@ from typing import Any
 
 from aijobs.domain import Job, JobStatus
 from aijobs.errors import ProviderError
-from aijobs.providers.base import Provider, ProviderRequest, ProviderResult
+from aijobs.providers.base import Provider, ProviderResult
 from aijobs.store.results import ResultStore
 
 # Failure policy: the share of children that may fail before the parent fails (0: any failure
@@ -89,6 +89,8 @@ class MergeInput:
     results: ResultStore
     # The parent's input read again (a split is deterministic; merges that need ids re-split).
     read_input: Callable[[], Any]
+    # The child kind's default model on this stage (the parent's own `model` wins).
+    model: str | None = None
 
     @property
     def missing(self) -> list[int]:
@@ -114,17 +116,25 @@ class MergeInput:
             return document if isinstance(document, dict) else None
         return None
 
-    def request(self, input: Any, *, step: str = "merge") -> ProviderRequest:
-        """A provider call of the merge step, as the child kind (a report's final summary)."""
-        return ProviderRequest(
-            job_id=self.parent.job_id,
-            kind=self.workflow.child_kind,
-            step=step,
-            input=input,
-            options=self.workflow.child_options(self.parent.options),
-            model=self.parent.model,
-            attempt=max(1, self.parent.attempts),
-            reruns=self.parent.reruns,
+    def run_child_kind(self, text: str, *, step: str = "merge") -> ProviderResult:
+        """A call of the merge step as the child kind (a report's final summary is a summary)."""
+        from aijobs.kinds.registry import require
+        from aijobs.kinds.run import Step, check_input, run
+
+        kind = require(self.workflow.child_kind)
+        model = self.parent.model or self.model or ""
+        return run(
+            kind,
+            self.provider,
+            Step(
+                job_id=self.parent.job_id,
+                input=check_input(kind, text),
+                options=self.workflow.child_options(self.parent.options),
+                model=model,
+                step=step,
+                attempt=max(1, self.parent.attempts),
+                reruns=self.parent.reruns,
+            ),
         )
 
 
@@ -144,6 +154,8 @@ class Workflow:
     options: tuple[Option, ...] = ()
     max_failed_share: float = 0.0
     description: str = ""
+    # Credits of the parent itself; each child costs its own kind's price on top (README "Credits").
+    price: int = 0
 
     @property
     def all_options(self) -> tuple[Option, ...]:

@@ -130,12 +130,11 @@ def reduce_summaries(merging: MergeInput, summaries: list[str]) -> tuple[str, li
         if len(groups) >= len(texts):
             break  # every summary is a chunk on its own: no grouping can shrink the input further
         step = [
-            merging.provider.run(merging.request("\n\n".join(g), step=f"merge-{level}-{i}"))
-            for i, g in enumerate(groups)
+            merging.run_child_kind("\n\n".join(g), step=f"merge-{level}-{i}") for i, g in enumerate(groups)
         ]
         calls += step
         texts, level = [_summary_of(result) for result in step], level + 1
-    final = merging.provider.run(merging.request("\n\n".join(texts)))
+    final = merging.run_child_kind("\n\n".join(texts))
     return _summary_of(final), [*calls, final]
 
 
@@ -164,4 +163,6 @@ WORKFLOW = Workflow(
     estimate=estimate,
     options=(CHUNK_CHARS,),
     description="summarize a long document chunk by chunk, then the summaries",
+    # Pays for the final summary over the chunk summaries.
+    price=1,
 )

@@ -142,5 +142,6 @@ def _merge(workflow: Workflow, ctx: JobContext) -> ProviderResult:
             provider=ctx.provider,
             results=ctx.results,
             read_input=lambda: input_value(ctx),
+            model=ctx.model,
         )
     )

@@ -1,0 +1,301 @@
+"""Running a kind: its input checked, one capability request built and sent, the answer shaped.
+
+The same code checks an inline input at submit (`check_input`, so an empty input is a 422 there)
+and runs the step in the consumer (`run`); a workflow's merge runs its child kind through `run` too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+from pydantic import BaseModel, ValidationError
+
+from aijobs.errors import InputTooLargeError, InvalidInputError, InvalidOutputError, ProviderAuthError
+from aijobs.kinds.base import (
+    EmbeddingOptions,
+    ImageOptions,
+    Kind,
+    KindInput,
+    KindOptions,
+    SpeechOptions,
+    TextOptions,
+    VideoOptions,
+)
+from aijobs.providers.base import (
+    Call,
+    Embedder,
+    EmbeddingRequest,
+    EmbeddingResult,
+    ImageGenerator,
+    ImageRequest,
+    ImageResult,
+    Provider,
+    ProviderResult,
+    SpeechRequest,
+    SpeechSynthesizer,
+    TextGenerator,
+    TextRequest,
+    TextResult,
+    VideoGenerator,
+    VideoRequest,
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of one job, as the consumer (or a workflow merge) runs it."""
+
+    job_id: str
+    input: KindInput
+    options: dict[str, Any]
+    model: str
+    step: str = "main"
+    attempt: int = 1
+    checks: int = 0
+    handle: str | None = None
+    reruns: int = 0
+
+    def call(self, model: str | None = None) -> Call:
+        return Call(
+            job_id=self.job_id,
+            step=self.step,
+            model=model or self.model,
+            attempt=self.attempt,
+            checks=self.checks,
+            handle=self.handle,
+            reruns=self.reruns,
+        )
+
+
+def check_input(kind: Kind, raw: Any) -> KindInput:
+    """A job's input as `kind` reads it; `InvalidInputError` / `InputTooLargeError` say what is wrong."""
+    spec = kind.inputs
+    if spec.type == "image":
+        if raw is not None:
+            raise InvalidInputError(f"{kind.name} takes an uploaded image: send its `inputRef`, not `input`")
+        return KindInput()
+    if isinstance(raw, dict):
+        if spec.list_field is not None and spec.list_field in raw:
+            return KindInput(texts=_texts(kind, raw[spec.list_field]), raw=raw)
+        text = next((raw[name] for name in spec.fields if isinstance(raw.get(name), str)), None)
+        if text is None:
+            names = " or ".join(f"`{name}`" for name in (*spec.fields, *filter(None, [spec.list_field])))
+            raise InvalidInputError(f"{kind.name} needs an input object with {names}")
+        return KindInput(text=_text(kind, text), raw=raw)
+    if isinstance(raw, str):
+        return KindInput(text=_text(kind, raw), raw=raw)
+    raise InvalidInputError(f"{kind.name} needs a text input")
+
+
+def _text(kind: Kind, text: str) -> str:
+    if not text.strip():
+        raise InvalidInputError(f"{kind.name} needs a non-empty text input")
+    if len(text) > kind.inputs.max_chars:
+        raise InputTooLargeError(
+            f"input has {len(text)} characters; {kind.name} takes at most {kind.inputs.max_chars}"
+        )
+    return text
+
+
+def _texts(kind: Kind, value: Any) -> tuple[str, ...]:
+    field = kind.inputs.list_field
+    if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
+        raise InvalidInputError(f"input {field!r} must be a non-empty list of strings")
+    if len(value) > kind.inputs.max_items:
+        raise InputTooLargeError(f"at most {kind.inputs.max_items} texts per {kind.name} job")
+    return tuple(_text(kind, item) for item in value)
+
+
+def options_of(kind: Kind, options: dict[str, Any]) -> KindOptions:
+    """The job's options as the kind's model. Checked at submit already: a failure here is a row
+    written by something else (final, `invalid_input`)."""
+    try:
+        return kind.parse_options(options)
+    except ValidationError as error:
+        raise InvalidInputError(f"{kind.name}: invalid options: {_first_error(error)}") from None
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "options"
+    return f"{where}: {first.get('msg', 'invalid')}"
+
+
+def run(kind: Kind, provider: Provider, step: Step) -> ProviderResult:
+    """Build the kind's capability request, call `provider`, shape the answer into the job's output."""
+    options = options_of(kind, step.options)
+    arguments = (kind.build or _BUILDERS[kind.capability])(kind, step.input, options)
+    call = step.call()
+    capability = kind.capability
+    if capability == "text":
+        text = _serving(provider, TextGenerator, kind).generate_text(TextRequest(call=call, **arguments))
+        data = _validated(kind, text)
+        output = (kind.shape or _shape_text)(text.model_copy(update={"data": data}), options)
+        return ProviderResult(
+            status="succeeded", output=output, model=text.model, usage=text.usage, cost=text.cost
+        )
+    if capability == "embedding":
+        embedding = _serving(provider, Embedder, kind).embed(EmbeddingRequest(call=call, **arguments))
+        output = kind.shape(embedding, options) if kind.shape else _shape_embedding(embedding, step.input)
+        return ProviderResult(
+            status="succeeded",
+            output=output,
+            model=embedding.model,
+            usage=embedding.usage,
+            cost=embedding.cost,
+        )
+    if capability == "image":
+        images = _serving(provider, ImageGenerator, kind).generate_image(ImageRequest(call=call, **arguments))
+        output = (kind.shape or _shape_images)(images, options)
+        return ProviderResult(
+            status="succeeded",
+            output=output,
+            artifacts=images.images,
+            model=images.model,
+            usage=images.usage,
+            cost=images.cost,
+        )
+    if capability == "speech":
+        speech = _serving(provider, SpeechSynthesizer, kind)
+        return _shaped(kind, speech.synthesize_speech(SpeechRequest(call=call, **arguments)), options)
+    video = _serving(provider, VideoGenerator, kind)
+    request = VideoRequest(call=call, **arguments)
+    result = video.start_video(request) if step.handle is None else video.check_video(request)
+    return _shaped(kind, result, options)
+
+
+def _shaped(kind: Kind, result: ProviderResult, options: KindOptions) -> ProviderResult:
+    if kind.shape is None or result.status != "succeeded":
+        return result
+    return result.model_copy(update={"output": kind.shape(result, options)})
+
+
+def _serving(provider: Provider, port: type[Any], kind: Kind) -> Any:
+    """The provider as the capability's port. Synth refuses a kind on a provider without its
+    capability (aijobs.provider_plan), so this failing is a set-up error: it pauses the kind."""
+    if kind.capability not in provider.capabilities or not isinstance(provider, port):
+        raise ProviderAuthError(
+            f"provider {provider.name!r} does not offer the {kind.capability} capability kind "
+            f"{kind.name!r} needs: set KIND_PROVIDERS={kind.name}=<a provider that does>"
+        )
+    return provider
+
+
+def _validated(kind: Kind, result: TextResult) -> dict[str, Any] | None:
+    """The structured answer checked against the kind's output model; invalid is retryable."""
+    if kind.output is None:
+        return None
+    data = result.data
+    if data is None:
+        try:
+            data = json.loads(result.text)
+        except ValueError:
+            raise InvalidOutputError(f"{kind.name}: the model did not answer with JSON") from None
+    try:
+        validated: BaseModel = kind.output.model_validate(data)
+        return validated.model_dump(mode="json")
+    except ValidationError as error:
+        raise InvalidOutputError(
+            f"{kind.name}: the answer does not match its output model ({_first_error(error)})"
+        ) from None
+
+
+# --- default builders: a job -> the capability request's fields -------------------------------
+
+
+def _need_text(kind: Kind, value: KindInput) -> str:
+    if value.text is None:
+        raise InvalidInputError(f"{kind.name} needs a text input")
+    return value.text
+
+
+def _build_text(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:
+    opts = cast(TextOptions, options)
+    images: tuple[bytes, ...] = ()
+    if kind.inputs.type == "image":
+        if value.image is None:
+            raise InvalidInputError(f"{kind.name} needs an uploaded image")
+        images = (value.image,)
+        text = ""
+    else:
+        text = _need_text(kind, value)
+    return {
+        "system": kind.render(kind.system, text, opts) if kind.system else None,
+        "prompt": kind.render(kind.prompt, text, opts),
+        "images": images,
+        "max_tokens": opts.maxTokens,
+        "temperature": opts.temperature,
+        "output_schema": kind.output.model_json_schema() if kind.output is not None else None,
+        "output_name": kind.name.replace("-", "_"),
+    }
+
+
+def _build_embedding(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:
+    opts = cast(EmbeddingOptions, options)
+    texts = value.texts if value.texts is not None else (_need_text(kind, value),)
+    return {"texts": texts, "dimensions": opts.dimensions, "normalize": opts.normalize}
+
+
+def _build_image(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:
+    opts = cast(ImageOptions, options)
+    return {
+        "prompt": kind.render(kind.prompt, _need_text(kind, value), opts),
+        "negative_prompt": opts.negativePrompt,
+        "aspect_ratio": opts.aspectRatio,
+        "count": opts.count,
+        "seed": opts.seed,
+    }
+
+
+def _build_speech(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:
+    opts = cast(SpeechOptions, options)
+    return {
+        "text": _need_text(kind, value),
+        "voice": opts.voice,
+        "engine": opts.engine,
+        "format": opts.format,
+        "text_type": opts.textType,
+    }
+
+
+def _build_video(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:
+    opts = cast(VideoOptions, options)
+    return {
+        "prompt": kind.render(kind.prompt, _need_text(kind, value), opts),
+        "duration_seconds": opts.durationSeconds,
+        "aspect_ratio": opts.aspectRatio,
+        "resolution": opts.resolution,
+        "seed": opts.seed,
+        "loop": opts.loop,
+    }
+
+
+_BUILDERS = {
+    "text": _build_text,
+    "embedding": _build_embedding,
+    "image": _build_image,
+    "speech": _build_speech,
+    "video": _build_video,
+}
+
+
+# --- default shapes: the answer -> the job's output ---------------------------------------------
+
+
+def _shape_text(result: TextResult, options: Any) -> Any:
+    if result.data is not None:
+        return result.data
+    return {"text": result.text, "truncated": result.truncated}
+
+
+def _shape_embedding(result: EmbeddingResult, value: KindInput) -> Any:
+    vectors = [list(vector) for vector in result.vectors]
+    if value.texts is not None:
+        return {"vectors": vectors, "count": len(vectors), "dimensions": result.dimensions}
+    return {"vector": vectors[0], "dimensions": result.dimensions}
+
+
+def _shape_images(result: ImageResult, options: Any) -> Any:
+    return {"images": len(result.images), "aspectRatio": cast(ImageOptions, options).aspectRatio}

@@ -1,0 +1,175 @@
+"""The contract every declared kind passes, read from the kind registry: a kind added to
+aijobs/kinds/ is tested here without editing this file.
+
+For each kind that runs on a queue: submit validation (a bad option, an empty input), success
+through the real consumer on moto, a retryable failure that succeeds on its next attempt, and a
+final failure that refunds its credits. The provider is the local one (the adapters have their
+own tests); failures are raised at the provider's door, the same for every capability.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from api import handler
+
+from aijobs import runtime
+from aijobs.domain import JobStatus
+from aijobs.errors import InvalidInputError, TransientProviderError
+from aijobs.kinds.base import Kind
+from aijobs.kinds.registry import declared, require
+from aijobs.providers.local import render_image
+from aijobs_cli.esm import LambdaContext
+from tests.integration.harness import Stage, load_event
+
+pytestmark = pytest.mark.integration
+
+QUEUED = tuple(name for name in declared() if not require(name).sync)
+TEXT = (
+    "Queues decouple accepting work from doing it. The producer answers at once. The consumer runs the model."
+)
+Call = Callable[..., tuple[int, Any]]
+
+
+@pytest.fixture
+def stage_values() -> dict[str, str]:
+    return {
+        "QUEUE_NAMES": ";".join(QUEUED),
+        "RETRY_BASE_DELAY_SECONDS": "0",
+        "THROTTLE_DELAY_SECONDS": "0",
+        "PROVIDER_RECHECK_SECONDS": "0",
+        "PROVIDER": "local",
+    }
+
+
+@pytest.fixture
+def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
+    for key, value in stage.resources.api_env().items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    runtime.api_service().clock = stage.clock
+    stage.directory.ensure_user("alice")
+    key = stage.directory.create_api_key("alice")
+    stage.store_for("alice").ledger.grant("alice", 1_000, datetime.now(UTC) + timedelta(days=30))
+
+    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        event = load_event("api-post-jobs.json")
+        event["headers"]["authorization"] = f"Bearer {key}"
+        event["headers"].pop("idempotency-key", None)
+        event["requestContext"]["http"]["method"] = method
+        event["rawPath"] = event["requestContext"]["http"]["path"] = path
+        event["body"] = json.dumps(body) if body is not None else None
+        event["isBase64Encoded"] = False
+        response = handler.handler(event, LambdaContext("api"))
+        return response["statusCode"], json.loads(response["body"])
+
+    yield call
+    runtime.reset_runtime()
+
+
+def _body(stage: Stage, kind: Kind) -> dict[str, Any]:
+    """A valid submit of the kind: its example input, or an uploaded image."""
+    if kind.inputs.type == "image":
+        key = "inputs/alice/contract-image.png"
+        boto3.client("s3").put_object(
+            Bucket=stage.resources.bucket,
+            Key=key,
+            Body=render_image("a red square", 16, 16),
+            ContentType="image/png",
+        )
+        return {"kind": kind.name, "inputRef": key}
+    return {"kind": kind.name, "input": kind.example if kind.example is not None else TEXT}
+
+
+def _run_until_idle(stage: Stage, kind: str) -> None:
+    mapping = stage.mapping(kind, batch_size=10)
+    for _ in range(30):
+        if mapping.poll_once().received == 0:
+            return
+    raise AssertionError("the queue never went idle")
+
+
+def _balance(stage: Stage) -> int:
+    return stage.store_for("alice").ledger.account("alice").balance
+
+
+@pytest.mark.parametrize("name", QUEUED)
+def test_an_unknown_option_is_a_422_at_submit_and_nothing_is_written(
+    stage: Stage, api: Call, name: str
+) -> None:
+    body = {**_body(stage, require(name)), "options": {"noSuchOption": 1}}
+    status, answer = api("POST", "/jobs", body)
+    assert status == 422, answer
+    assert answer["code"] == "invalid_options"
+    assert "noSuchOption" in answer["message"]
+    assert _balance(stage) == 1_000
+    assert stage.store_for("alice").list_jobs("alice").jobs == []
+
+
+@pytest.mark.parametrize("name", QUEUED)
+def test_an_empty_input_is_a_422_at_submit(stage: Stage, api: Call, name: str) -> None:
+    kind = require(name)
+    status, answer = api("POST", "/jobs", {"kind": name, "input": "   "})
+    assert status == 422, answer
+    assert answer["code"] == "invalid_input"
+    if kind.inputs.type == "image":
+        assert "inputRef" in answer["message"]
+
+
+@pytest.mark.parametrize("name", QUEUED)
+def test_a_job_succeeds_with_an_output_a_model_and_its_price(stage: Stage, api: Call, name: str) -> None:
+    kind = require(name)
+    status, answer = api("POST", "/jobs", _body(stage, kind))
+    assert status == 202, answer
+    _run_until_idle(stage, name)
+    status, view = api("GET", f"/jobs/{answer['jobId']}")
+    assert status == 200
+    assert view["status"] == "succeeded", view
+    assert view["result"] is not None or view["artifacts"]
+    assert view["model"] == stage.resources.config.plan(name).model
+    assert _balance(stage) == 1_000 - kind.price
+
+
+@pytest.mark.parametrize("name", QUEUED)
+def test_a_retryable_failure_is_retried_and_then_succeeds(stage: Stage, api: Call, name: str) -> None:
+    def fail_once(_request: Any) -> None:
+        raise TransientProviderError("503 from the model", status=503)
+
+    stage.provider.before_run = fail_once
+    status, answer = api("POST", "/jobs", _body(stage, require(name)))
+    assert status == 202, answer
+    _run_until_idle(stage, name)
+    job = stage.job_by_id("alice", answer["jobId"])
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.attempts == 2
+
+
+@pytest.mark.parametrize("name", QUEUED)
+def test_a_final_failure_ends_the_job_and_refunds_it(stage: Stage, api: Call, name: str) -> None:
+    def refuse(_request: Any) -> None:
+        raise InvalidInputError("the model refused the input")
+
+    stage.provider.before_run = refuse
+    status, answer = api("POST", "/jobs", _body(stage, require(name)))
+    assert status == 202, answer
+    _run_until_idle(stage, name)
+    job = stage.job_by_id("alice", answer["jobId"])
+    assert (job.status, job.last_error_class, job.attempts) == (JobStatus.FAILED_FINAL, "invalid_input", 1)
+    assert _balance(stage) == 1_000
+
+
+def test_the_openapi_document_describes_every_kinds_options(stage: Stage, api: Call) -> None:
+    status, document = api("GET", "/openapi.json")
+    assert status == 200
+    options = document["components"]["schemas"]["JobRequest"]["properties"]["options"]
+    assert set(options["x-options-by-kind"]) == set(QUEUED)
+    for name in QUEUED:
+        ref = options["x-options-by-kind"][name]["$ref"]
+        schema = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+        assert set(schema.get("properties", {})) == set(require(name).options_model.model_fields)
+        assert schema.get("additionalProperties") is False
