@@ -242,6 +242,29 @@ def _render_job(job: Mapping[str, Any]) -> None:
 # --- the local stack -------------------------------------------------------------------------------
 
 
+@app.command("new-kind")
+def new_kind(
+    name: Annotated[str, typer.Argument(help="the kind's name: lowercase letters, digits, hyphens")],
+    capability: Annotated[
+        str, typer.Option("--capability", "-c", help="text, embedding, image, speech or video")
+    ] = "text",
+) -> None:
+    """Scaffold a job kind: its module under aijobs/kinds/ and its entry in every stage file."""
+    from aijobs_cdk import REPO_ROOT
+    from aijobs_cli.scaffold import ScaffoldError
+    from aijobs_cli.scaffold import new_kind as scaffold
+
+    try:
+        made = scaffold(REPO_ROOT, name, capability)
+    except ScaffoldError as error:
+        err.print(f"[red]new-kind:[/red] {error}")
+        raise typer.Exit(2) from None
+    out.print(f"wrote {made.module.relative_to(REPO_ROOT)}")
+    for path in made.stage_files:
+        out.print(f"added {name} to QUEUE_NAMES in {path.name}")
+    out.print(f'next: `aijobs dev`, then submit a job: {{"kind": "{name}", "input": "..."}}')
+
+
 @app.command()
 def dev(
     port: Annotated[int, typer.Option(help="port of the local HTTP API (0: any free port)")] = 8080,
