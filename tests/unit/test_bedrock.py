@@ -17,6 +17,7 @@ from botocore.stub import ANY, Stubber
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -659,3 +660,38 @@ def test_status_check_errors_map_too(provider: BedrockProvider, stub: Stubber) -
     stub.add_client_error("get_async_invoke", "AccessDeniedException", "not allowed", 403)
     with pytest.raises(ProviderAuthError):
         provider.run(request("video-generate", "waves", handle=INVOCATION))
+
+
+# --- a model past its end of life ------------------------------------------------------------------
+# Someone else changes the image and video request bodies; these answers depend on no body.
+
+END_OF_LIFE = (
+    "This model version has reached the end of its life. Please refer to the AWS documentation for more "
+    "details."
+)
+LEGACY = (
+    "Access denied. This Model is marked by provider as Legacy and you have not been actively using the "
+    "model in the last 30 days. Please upgrade to an active model on Amazon Bedrock"
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "operation", "message", "reason"),
+    [
+        ("summary", "converse", END_OF_LIFE, "end_of_life"),
+        ("image-generate", "invoke_model", END_OF_LIFE, "end_of_life"),
+        ("video-generate", "start_async_invoke", END_OF_LIFE, "end_of_life"),
+        ("summary", "converse", LEGACY, "legacy"),
+    ],
+)
+def test_a_retired_model_is_unavailable_not_a_credentials_error(
+    provider: BedrockProvider, stub: Stubber, kind: str, operation: str, message: str, reason: str
+) -> None:
+    stub.add_client_error(operation, "ResourceNotFoundException", message, 404)
+    with pytest.raises(ProviderError) as raised:
+        provider.run(request(kind, "A lighthouse at dusk"))
+    error = raised.value
+    assert type(error) is ModelUnavailableError
+    assert (error.error_class, error.retryable, error.reason, error.status) == (
+        "model_unavailable", False, reason, 404,
+    )  # fmt: skip

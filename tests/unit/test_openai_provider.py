@@ -17,6 +17,7 @@ import pytest
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -523,12 +524,20 @@ def test_401_and_403_are_auth_errors_without_the_key(server: ScriptedServer, sta
     assert "invalid_api_key" in str(error)
 
 
-def test_404_unknown_model_is_a_configuration_error(server: ScriptedServer) -> None:
+@pytest.mark.parametrize("chosen", [None, "gpt-9"])
+def test_404_model_not_found_is_an_unavailable_model_not_a_configuration_error(
+    server: ScriptedServer, chosen: str | None
+) -> None:
+    # The model is gone (or this account may not use it): the job fails, nobody's consumer pauses.
+    # A job's own model is allow-listed at submit, so its 404 means the same.
     server.reply(
         error_body("The model `gpt-9` does not exist or you do not have access to it.", "model_not_found"),
         status=404,
     )
-    assert type(fail(server)) is ProviderAuthError
+    error = fail(server, request(model=chosen))
+    assert type(error) is ModelUnavailableError
+    assert (error.error_class, error.retryable, error.reason) == ("model_unavailable", False, "not_found")
+    assert error.status == 404
 
 
 def test_404_for_a_model_the_job_chose_is_the_jobs_fault(server: ScriptedServer) -> None:
@@ -636,6 +645,15 @@ def test_retry_after_forms() -> None:
 def test_http_error_table(status: int, body: Any, expected: type[ProviderError]) -> None:
     text = body if isinstance(body, str) else json.dumps(body)
     assert type(http_error(status, text)) is expected
+
+
+def test_http_error_carries_the_model_of_a_model_not_found() -> None:
+    body = json.dumps(error_body("The model `gpt-9` does not exist", "model_not_found"))
+    error = http_error(404, body, provider="openai", model="gpt-9")
+    assert isinstance(error, ModelUnavailableError)
+    assert error.model == "gpt-9"
+    # Without the code a 404 is still the configuration's (a wrong base URL): paused, alerted.
+    assert type(http_error(404, json.dumps(error_body("no such route")), model="gpt-9")) is ProviderAuthError
 
 
 def test_http_error_message_names_provider_status_and_code_only() -> None:
