@@ -17,14 +17,17 @@ import pytest
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
     TransientProviderError,
 )
 from aijobs.providers.base import Provider, ProviderRequest, ProviderResult
+from aijobs.providers.failures import aws_failure
 from aijobs.providers.local import LocalProvider, SimulatedCrash
 from aijobs.providers.registry import PROVIDER_NAMES, get_provider
+from tests.unit.test_provider_failures import END_OF_LIFE, bedrock_error
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SOLAR = (
@@ -197,6 +200,30 @@ def test_permanent_failures_fail_on_every_attempt(
         assert caught.value.status == int(code)
         assert caught.value.error_class == error_class
         assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("kind", ["summary", "embedding", "image-generate", "video-generate"])
+def test_fail_eol_is_the_unavailable_model_bedrock_answers_after_its_end_of_life(
+    provider: LocalProvider, kind: str
+) -> None:
+    bedrock = aws_failure(bedrock_error("ResourceNotFoundException", END_OF_LIFE, 404), service="Bedrock")
+    for attempt in (1, 2, 3):
+        with pytest.raises(ProviderError) as caught:
+            provider.run(request(kind, f"#fail:eol {SOLAR}", attempt=attempt))
+        error = caught.value
+        assert type(error) is type(bedrock) is ModelUnavailableError
+        assert (error.error_class, error.retryable, error.reason, error.status) == (
+            "model_unavailable", False, "end_of_life", 404,
+        )  # fmt: skip
+        # The same message as Bedrock's path, but for the service that answered.
+        assert str(error).removeprefix("local provider") == str(bedrock).removeprefix("Bedrock")
+        assert error.model == f"local-{kind}"
+
+
+def test_fail_eol_names_the_jobs_own_model(provider: LocalProvider) -> None:
+    with pytest.raises(ModelUnavailableError) as caught:
+        provider.run(request(input=f"#fail:EOL {SOLAR}", model="local-summary-2"))
+    assert caught.value.model == "local-summary-2"
 
 
 # --- magic directives: running, sleep, combinations, malformed ------------------------------------

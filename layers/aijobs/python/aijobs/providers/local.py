@@ -75,7 +75,7 @@ def _digest(text: str) -> bytes:
 # --- magic directives -------------------------------------------------------------------------
 
 _DIRECTIVE = re.compile(r"^#(fail|running|sleep|crash|cost):(.*)$", re.IGNORECASE | re.DOTALL)
-_FAIL_VALUE = re.compile(r"^(502|503|429|timeout|400|401|403|413)(?:x(\d{1,6}))?$")
+_FAIL_VALUE = re.compile(r"^(502|503|429|timeout|400|401|403|413|eol)(?:x(\d{1,6}))?$")
 _COUNT_VALUE = re.compile(r"^\d{1,6}$")
 _SECONDS_VALUE = re.compile(r"^\d{1,3}(?:\.\d{1,6})?$")
 _USD_VALUE = re.compile(r"^\d{1,6}(?:\.\d{1,6})?$")
@@ -113,6 +113,20 @@ class _Directives:
 
 def _malformed(token: str) -> InvalidInputError:
     return InvalidInputError(f"malformed local-provider directive {token[:40]!r}", status=400)
+
+
+def _end_of_life(request: ProviderRequest) -> Exception:
+    """`#fail:eol`: Bedrock's answer for a model past its end of life, mapped as Bedrock's is."""
+    from botocore.exceptions import ClientError
+
+    from aijobs.providers.failures import BEDROCK_END_OF_LIFE_MESSAGE, aws_failure
+
+    answer: Any = {
+        "Error": {"Code": "ResourceNotFoundException", "Message": BEDROCK_END_OF_LIFE_MESSAGE},
+        "ResponseMetadata": {"HTTPStatusCode": 404},
+    }
+    model = request.model or f"local-{request.kind}"
+    return aws_failure(ClientError(answer, "InvokeModel"), service="local provider", model=model)
 
 
 def _parse_fail(token: str, value: str) -> _Fail:
@@ -578,6 +592,10 @@ class LocalProvider:
     - `#fail:400` / `401` / `403` / `413`: `InvalidInputError` / `ProviderAuthError` /
       `InputTooLargeError` on every attempt (an `xN` suffix limits any failure to attempts <= N;
       without it a transient failure also happens on every attempt).
+    - `#fail:eol`: the model reached its end of life: the `ModelUnavailableError` Bedrock's
+      `ResourceNotFoundException` maps to (aijobs.providers.failures), naming the job's model or
+      `local-<kind>`, on every attempt: the job fails for good, the consumer is not paused and
+      the operator is alerted once per model.
     - `#running:N`: answer `running` while `checks < N` (for video it replaces `video_checks`).
     - `#sleep:S`: sleep S seconds (at most 30) before working.
     - `#crash` / `#crash:N`: raise `SimulatedCrash` (a `BaseException`) on attempt 1 / while
@@ -653,10 +671,12 @@ class LocalProvider:
             if fail.until_rerun and request.reruns > 0:
                 continue
             if fail.times is None or request.attempt <= fail.times:
-                raise self._failure(fail, request.attempt)
+                raise self._failure(fail, request)
 
-    def _failure(self, fail: _Fail, attempt: int) -> Exception:
-        what = f"local provider: simulated {fail.code} on attempt {attempt}"
+    def _failure(self, fail: _Fail, request: ProviderRequest) -> Exception:
+        if fail.code == "eol":
+            return _end_of_life(request)
+        what = f"local provider: simulated {fail.code} on attempt {request.attempt}"
         if fail.code in ("502", "503"):
             return TransientProviderError(what, status=int(fail.code))
         if fail.code == "timeout":
