@@ -549,3 +549,29 @@ def test_the_producer_may_switch_only_the_job_consumers_and_read_only_its_queues
         for r in resources_of(s)
     }
     assert job_queues <= readable
+
+
+# --- a model that is gone: the consumers' alert markers ---------------------------------------------
+
+
+def _model_marker_writes(log: CallLog, meta: str) -> list[Access]:
+    return [
+        a
+        for a in log.accesses
+        if (a.action, a.table) == ("dynamodb:UpdateItem", meta) and str(a.leading_key).startswith("MODEL#")
+    ]
+
+
+def test_every_table_call_of_a_consumer_meeting_an_end_of_life_model_is_granted(
+    dev: Synth, stage: Stage
+) -> None:
+    stage.directory.ensure_user("alice")
+    for _ in range(2):
+        stage.submit("alice", "summary", "#fail:eol a model past its end of life")
+    with recording_calls() as consumers:
+        runtime.reset_runtime()
+        list(stage.drain("summary"))
+    used = _assert_allowed(dev, "queue_consumer.handler.handler", stage, consumers)
+    assert "dynamodb:UpdateItem" in used
+    assert len(_model_marker_writes(consumers, stage.resources.meta_table)) == 1  # once per container
+    runtime.reset_runtime()

@@ -222,6 +222,7 @@ class AijobsStack(Stack):
         for job_queue in queues:
             tables.grant_flow_records(job_queue.consumer, state=False)
             tables.grant_spend_records(job_queue.consumer)
+            tables.grant_model_alerts(job_queue.consumer)
         # The operator-visible dead-letter list lives in the meta table.
         tables.grant_dead_letter_records(dead_letters.consumer)
         # With JWT auth the producer gives a new identity its tenant on its first request.

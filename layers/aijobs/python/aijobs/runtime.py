@@ -62,8 +62,10 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
     from aijobs.consumer.retry import RetryPolicy
     from aijobs.providers.registry import build_provider
     from aijobs.store.flow import FlowRecords
+    from aijobs.store.model_alerts import ModelAlerts
     from aijobs.store.results import ResultStore
 
+    plan = settings.plans.get(settings.queue_name)
     return Consumer(
         stage=settings.stage,
         kind=settings.queue_name,
@@ -97,6 +99,8 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
             FlowRecords(aws.dynamodb().Table(settings.meta_table_name)), settings.queue_name, clock
         ),
         spend=spend_brake(settings, clock),
+        model=plan.model if plan is not None else None,
+        model_alerts=ModelAlerts(aws.dynamodb().Table(settings.meta_table_name)),
     )
 
 
