@@ -551,7 +551,7 @@ def test_the_producer_may_switch_only_the_job_consumers_and_read_only_its_queues
     assert job_queues <= readable
 
 
-# --- a model that is gone: the consumers' alert markers ---------------------------------------------
+# --- a model that is gone: the consumers' and the weekly check's alert markers ---------------------
 
 
 def _model_marker_writes(log: CallLog, meta: str) -> list[Access]:
@@ -574,4 +574,34 @@ def test_every_table_call_of_a_consumer_meeting_an_end_of_life_model_is_granted(
     used = _assert_allowed(dev, "queue_consumer.handler.handler", stage, consumers)
     assert "dynamodb:UpdateItem" in used
     assert len(_model_marker_writes(consumers, stage.resources.meta_table)) == 1  # once per container
+    runtime.reset_runtime()
+
+
+def test_every_table_call_of_the_weekly_model_check_is_granted(dev: Synth, stage: Stage) -> None:
+    """The dev stage's plan (Bedrock) checked against a stubbed Bedrock: one model gone, one Legacy."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from aijobs.providers.lifecycle import bedrock_models
+    from aijobs.scheduled.context import CronRun
+    from aijobs.scheduled.models import run_model_check
+    from aijobs.settings import CronSettings
+    from tests.unit.test_model_lifecycle import foundation_model
+
+    bedrock = boto3.client("bedrock", region_name=stage.resources.region)
+    with Stubber(bedrock) as stub, recording_calls() as log:
+        for model in bedrock_models(dev.config.provider_plans):
+            status = "LEGACY" if model == "amazon.nova-canvas-v1:0" else "ACTIVE"
+            stub.add_response(
+                "get_foundation_model", foundation_model(model, status), {"modelIdentifier": model}
+            )
+        runtime.reset_runtime()
+        ctx = runtime.build_cron_context(CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock)
+        # The stage on moto runs the local provider; the check reads the shipped (Bedrock) plan.
+        ctx.plans = {plan.kind: plan for plan in dev.config.provider_plans}
+        ctx.bedrock = lambda: bedrock
+        result = run_model_check(CronRun("0 6 * * 1"), ctx)
+    assert result["alerted"] == ["amazon.nova-canvas-v1:0"]
+    _assert_allowed(dev, "cron_dispatcher.handler.handler", stage, log)
+    assert len(_model_marker_writes(log, stage.resources.meta_table)) == 1
     runtime.reset_runtime()

@@ -5,6 +5,10 @@ their default and allow-listed models only — foundation-model ARNs, or for a c
 inference profile the profile plus the foundation model it routes to in any region; video kinds
 also read their own asynchronous invocations (`InvokeModel` is what starts one). Polly kinds get
 Polly's synthesis actions, OpenAI-compatible kinds read only the stage's key secret.
+
+The weekly model check (aijobs.scheduled.models) reads the lifecycle of the stage's Bedrock models:
+`bedrock:GetFoundationModel` on exactly those foundation models, in the stack's region
+(`ModelLifecycleAccess`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from aijobs.provider_plan import KindPlan, base_model_id, is_inference_profile
+from aijobs.providers.lifecycle import bedrock_models
 from aijobs_cdk.nag import acknowledge
 
 ASYNC_KINDS = frozenset({"video-generate"})
@@ -138,3 +143,35 @@ class ModelAccess(Construct):
                     f"<AWS::AccountId>:secret:{secret_name}-??????]",
                     "A secret named (not ARN'd) in configuration: its ARN ends in six random characters",
                 )
+
+
+class ModelLifecycleAccess(Construct):
+    """`bedrock:GetFoundationModel` for the cron dispatcher's weekly model check: on the foundation
+    model (in the stack's region) of every model the plans can call, an inference profile's
+    included, and nothing else. No statement when the stage calls no Bedrock model."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, fn: lambda_.Function, plans: list[KindPlan]
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        models = bedrock_models(plans)
+        if not models:
+            return
+        arns = [
+            stack.format_arn(
+                service="bedrock",
+                account="",
+                resource="foundation-model",
+                resource_name=model,
+                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            )
+            for model in models
+        ]
+        policy = iam.Policy(
+            self,
+            "Policy",
+            statements=[iam.PolicyStatement(actions=["bedrock:GetFoundationModel"], resources=arns)],
+        )
+        assert fn.role is not None
+        policy.attach_to_role(fn.role)
