@@ -35,6 +35,7 @@ from aijobs.errors import AijobsError
 from aijobs.stage_config import ConfigError
 from aijobs.store.dead_letter_records import list_dead_letters
 from aijobs.store.spend import SpendRecords
+from aijobs_cli.models import models_app
 from aijobs_cli.target import ApiResponse, Target, TargetError
 
 app = typer.Typer(help="aijobs: asynchronous AI jobs on AWS, locally or deployed.", no_args_is_help=True)
@@ -57,6 +58,7 @@ for sub, name in (
     (credits_app, "credits"),
     (cron_app, "cron"),
     (config_app, "config"),
+    (models_app, "models"),
 ):
     app.add_typer(sub, name=name)
 

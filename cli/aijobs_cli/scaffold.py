@@ -96,7 +96,11 @@ KIND = Kind(
     capability="image",
     description="an image from a text prompt",
     prompt="{{input}}",
-    models={{"bedrock": "stability.stable-image-core-v1:1", "openai": "gpt-image-1", "local": "local-image-1"}},
+    models={{
+        "bedrock": "stability.stable-image-core-v1:1",
+        "openai": "gpt-image-1",
+        "local": "local-image-1",
+    }},
     inputs=Inputs(fields=("prompt", "text"), max_chars=4_000),
     price=5,
 )

@@ -18,6 +18,7 @@ from aijobs import aws
 from aijobs.alerts import Alerts
 from aijobs.domain import utcnow
 from aijobs.operator import Operator
+from aijobs.provider_plan import KindPlan, plans_from_setting
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronContext
 from aijobs.stage_config import StageConfig, binding_name, split_list
@@ -235,6 +236,23 @@ class Target:
 
     def operator(self) -> Operator:
         return Operator(directory=self.directory(), queues=self.queues(), clock=utcnow)
+
+    def deployed_plans(self) -> tuple[dict[str, KindPlan], str]:
+        """The provider plan a deployed stage runs with, read from its cron dispatcher's
+        environment (the plan its weekly model check reads), and the stage's region (from that
+        function's ARN). Needs `lambda:GetFunctionConfiguration` on it."""
+        function = self._need(self.cron_function, "cron dispatcher function (output CronDispatcherFunction)")
+        try:
+            config = aws.lambda_().get_function_configuration(FunctionName=function)
+        except Exception as error:
+            raise TargetError(f"cannot read the cron dispatcher {function!r}: {error}") from None
+        env = config.get("Environment", {}).get("Variables", {})
+        if not env.get("KIND_PROVIDERS"):
+            raise TargetError(
+                f"the cron dispatcher {function!r} carries no provider plan (KIND_PROVIDERS): the stage was "
+                "deployed before `aijobs models check` existed; deploy it again, or pass --stage STAGE"
+            )
+        return plans_from_setting(env), config["FunctionArn"].split(":")[3]
 
     def cron_context(self, config: StageConfig) -> CronContext:
         return CronContext(

@@ -172,7 +172,8 @@ def _statements_of(synth: Synth, handler: str) -> list[dict[str, Any]]:
 
 
 def test_cron_dispatcher_may_write_only_its_own_records_in_the_meta_table(dev: Synth) -> None:
-    """Its run records, and the adaptive concurrency state (`FLOW#<kind>`)."""
+    """Its run records, the adaptive concurrency state (`FLOW#<kind>`) and the model check's alert
+    markers (`MODEL#<model id>`)."""
     (meta_id,) = [
         logical_id
         for logical_id, table in dev.resources("AWS::DynamoDB::Table").items()
@@ -187,6 +188,7 @@ def test_cron_dispatcher_may_write_only_its_own_records_in_the_meta_table(dev: S
     assert sorted(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] for s in writes) == [
         ["CRONRUN#*"],
         ["FLOW#*"],
+        ["MODEL#*"],
     ]
     assert all(set(s["Condition"]) == {"ForAllValues:StringLike"} for s in writes)
 

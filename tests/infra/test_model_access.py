@@ -106,3 +106,46 @@ def test_allow_listed_models_are_granted_and_openai_kinds_read_only_their_secret
     assert set(secret) == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
     assert "secret:aijobs/openai-key-??????" in secret["secretsmanager:GetSecretValue"]
     assert _granted(capped, _consumer(capped, "summary"), "secretsmanager:") == {}
+
+
+# --- the weekly model check ------------------------------------------------------------------------
+
+
+def _lifecycle_reads(synth: Synth) -> list[dict[str, Any]]:
+    (dispatcher,) = synth.functions_by_handler("cron_dispatcher.handler.handler")
+    return [
+        statement
+        for statement in role_statements(synth, dispatcher)
+        if any(action.startswith("bedrock:") for action in _actions(statement))
+    ]
+
+
+def _arn_text(resource: Any) -> str:
+    """`arn:<partition>:bedrock:<region>::foundation-model/<id>` from the template's Fn::Join."""
+    if isinstance(resource, str):
+        return resource
+    separator, parts = resource["Fn::Join"]
+    return str(separator).join(part if isinstance(part, str) else f"<{part['Ref']}>" for part in parts)
+
+
+def test_the_cron_may_read_the_lifecycle_of_exactly_the_stages_bedrock_models(dev: Synth) -> None:
+    (statement,) = _lifecycle_reads(dev)
+    assert _actions(statement) == ["bedrock:GetFoundationModel"]
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    region = "arn:<AWS::Partition>:bedrock:<AWS::Region>::foundation-model/"
+    # Each kind's default and allow-listed models, an inference profile as the model it routes to,
+    # in the stack's own region; speech (Polly) has none.
+    from aijobs.providers.lifecycle import bedrock_models
+
+    expected = sorted(region + model for model in bedrock_models(dev.config.provider_plans))
+    assert sorted(_arn_text(r) for r in resources) == expected
+    # Among them: an inference profile's model, an allowed model, a third-party default.
+    assert {region + m for m in ("amazon.nova-lite-v1:0", "amazon.nova-pro-v1:0", "luma.ray-v2:0")} <= set(
+        expected
+    )
+    assert "*" not in json.dumps(resources)
+
+
+def test_a_stage_that_does_not_schedule_the_model_check_grants_no_lifecycle_read(capped: Synth) -> None:
+    assert "0 6 * * 1" not in {cron.text for cron in capped.config.crons}
+    assert _lifecycle_reads(capped) == []

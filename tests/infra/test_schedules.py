@@ -24,13 +24,24 @@ def _schedules(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_shipped_cron_becomes_an_aws_cron_with_its_exact_text_in_the_payload(dev: Synth) -> None:
     schedules = _schedules(dev)
-    assert set(schedules) == {"*/10 * * * *", "*/5 * * * *", "* * * * *"}
+    assert set(schedules) == {"*/10 * * * *", "*/5 * * * *", "* * * * *", "0 6 * * 1"}
     props = schedules["*/10 * * * *"]
     assert props["ScheduleExpression"] == "cron(0/10 * * * ? *)"
     assert props["ScheduleExpressionTimezone"] == "Etc/UTC"
     assert props["FlexibleTimeWindow"] == {"Mode": "OFF"}
     payload = json.loads(props["Target"]["Input"])
     assert payload[PAYLOAD_SCHEDULED_TIME] == "<aws.scheduler.scheduled-time>"
+
+
+@pytest.mark.parametrize("fixture", ["dev", "prod"])
+def test_the_weekly_model_check_runs_on_monday_mornings(fixture: str, request: pytest.FixtureRequest) -> None:
+    synth: Synth = request.getfixturevalue(fixture)
+    (dispatcher_id,) = synth.functions_by_handler("cron_dispatcher.handler.handler")
+    props = _schedules(synth)["0 6 * * 1"]
+    # AWS numbers weekdays from Sunday = 1: Monday is 2, and the day-of-month is the '?'.
+    assert props["ScheduleExpression"] == "cron(0 6 ? * 2 *)"
+    assert props["ScheduleExpressionTimezone"] == "Etc/UTC"
+    assert target_id(props["Target"]["Arn"]) == dispatcher_id
 
 
 def test_every_schedule_targets_the_cron_dispatcher(capped: Synth) -> None:

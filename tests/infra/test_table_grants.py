@@ -549,3 +549,61 @@ def test_the_producer_may_switch_only_the_job_consumers_and_read_only_its_queues
         for r in resources_of(s)
     }
     assert job_queues <= readable
+
+
+# --- a model that is gone: the consumers' and the weekly check's alert markers ---------------------
+
+
+def _model_marker_writes(log: CallLog, meta: str) -> list[Access]:
+    return [
+        a
+        for a in log.accesses
+        if (a.action, a.table) == ("dynamodb:UpdateItem", meta) and str(a.leading_key).startswith("MODEL#")
+    ]
+
+
+def test_every_table_call_of_a_consumer_meeting_an_end_of_life_model_is_granted(
+    dev: Synth, stage: Stage
+) -> None:
+    stage.directory.ensure_user("alice")
+    for _ in range(2):
+        stage.submit("alice", "summary", "#fail:eol a model past its end of life")
+    with recording_calls() as consumers:
+        runtime.reset_runtime()
+        list(stage.drain("summary"))
+    used = _assert_allowed(dev, "queue_consumer.handler.handler", stage, consumers)
+    assert "dynamodb:UpdateItem" in used
+    # Once per model and container: the kind's model and its fallback (summary falls back locally).
+    models = len(stage.resources.config.plan("summary").chain)
+    assert len(_model_marker_writes(consumers, stage.resources.meta_table)) == models
+    runtime.reset_runtime()
+
+
+def test_every_table_call_of_the_weekly_model_check_is_granted(dev: Synth, stage: Stage) -> None:
+    """The dev stage's plan (Bedrock) checked against a stubbed Bedrock: one model gone, one Legacy."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from aijobs.providers.lifecycle import bedrock_models
+    from aijobs.scheduled.context import CronRun
+    from aijobs.scheduled.models import run_model_check
+    from aijobs.settings import CronSettings
+    from tests.unit.test_model_lifecycle import foundation_model
+
+    bedrock = boto3.client("bedrock", region_name=stage.resources.region)
+    with Stubber(bedrock) as stub, recording_calls() as log:
+        for model in bedrock_models(dev.config.provider_plans):
+            status = "LEGACY" if model == "amazon.nova-micro-v1:0" else "ACTIVE"
+            stub.add_response(
+                "get_foundation_model", foundation_model(model, status), {"modelIdentifier": model}
+            )
+        runtime.reset_runtime()
+        ctx = runtime.build_cron_context(CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock)
+        # The stage on moto runs the local provider; the check reads the shipped (Bedrock) plan.
+        ctx.plans = {plan.kind: plan for plan in dev.config.provider_plans}
+        ctx.bedrock = lambda: bedrock
+        result = run_model_check(CronRun("0 6 * * 1"), ctx)
+    assert result["alerted"] == ["amazon.nova-micro-v1:0"]
+    _assert_allowed(dev, "cron_dispatcher.handler.handler", stage, log)
+    assert len(_model_marker_writes(log, stage.resources.meta_table)) == 1
+    runtime.reset_runtime()

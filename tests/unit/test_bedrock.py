@@ -28,6 +28,7 @@ from botocore.stub import Stubber
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -1127,3 +1128,45 @@ def test_sdk_failures_map_to_the_retry_table(
         provider.generate_text(text_request())
     assert type(raised.value) is expected
     assert DOC not in str(raised.value)
+
+
+# --- a model past its end of life ------------------------------------------------------------------
+
+END_OF_LIFE = (
+    "This model version has reached the end of its life. Please refer to the AWS documentation for more "
+    "details."
+)
+LEGACY = (
+    "Access denied. This Model is marked by provider as Legacy and you have not been actively using the "
+    "model in the last 30 days. Please upgrade to an active model on Amazon Bedrock"
+)
+
+
+def _send(provider: BedrockProvider, capability: str) -> object:
+    if capability == "text":
+        return provider.generate_text(text_request())
+    if capability == "image":
+        return provider.generate_image(image_request())
+    return provider.start_video(video_request())
+
+
+@pytest.mark.parametrize(
+    ("capability", "operation", "message", "reason"),
+    [
+        ("text", "converse", END_OF_LIFE, "end_of_life"),
+        ("image", "invoke_model", END_OF_LIFE, "end_of_life"),
+        ("video", "start_async_invoke", END_OF_LIFE, "end_of_life"),
+        ("text", "converse", LEGACY, "legacy"),
+    ],
+)
+def test_a_retired_model_is_unavailable_not_a_credentials_error(
+    provider: BedrockProvider, stub: Stubber, capability: str, operation: str, message: str, reason: str
+) -> None:
+    stub.add_client_error(operation, "ResourceNotFoundException", message, 404)
+    with pytest.raises(ProviderError) as raised:
+        _send(provider, capability)
+    error = raised.value
+    assert type(error) is ModelUnavailableError
+    assert (error.error_class, error.retryable, error.reason, error.status) == (
+        "model_unavailable", False, reason, 404,
+    )  # fmt: skip

@@ -1145,3 +1145,47 @@ def test_registry_rejects_unknown_names() -> None:
 def test_registry_needs_settings_for_the_other_providers(name: str) -> None:
     with pytest.raises(ValueError, match="build_provider"):
         get_provider(name)
+
+
+# --- model faults: end of life, and faults of one model only ---------------------------------------
+
+
+@pytest.mark.parametrize("capability", ["text", "embedding", "image", "speech", "video"])
+def test_fail_eol_is_the_unavailable_model_bedrock_answers_after_its_end_of_life(
+    provider: LocalProvider, capability: str
+) -> None:
+    from aijobs.errors import ModelUnavailableError
+
+    for attempt in (1, 2, 3):
+        with pytest.raises(ModelUnavailableError) as caught:
+            run(provider, capability, f"#fail:eol {SOLAR}", attempt=attempt)
+        error = caught.value
+        assert (error.error_class, error.retryable, error.reason, error.status) == (
+            "model_unavailable", False, "end_of_life", 404,
+        )  # fmt: skip
+        assert "reached the end of its life" in str(error)
+        assert error.model == run_model(capability)
+
+
+def run_model(capability: str) -> str:
+    return {"text": "local-text-1", "embedding": "local-embedding-1", "image": "local-image-1",
+            "speech": "local-tts-1", "video": "local-video-1"}[capability]  # fmt: skip
+
+
+def test_a_fault_at_a_model_hits_only_that_model(provider: LocalProvider) -> None:
+    text = f"#fail:503@local-text-1 {SOLAR}"
+    with pytest.raises(TransientProviderError):
+        provider.generate_text(text_request(text))
+    answer = provider.generate_text(text_request(text, model="local-text-2"))
+    assert answer.model == "local-text-2"
+    from aijobs.errors import ModelUnavailableError
+
+    with pytest.raises(ModelUnavailableError):
+        provider.generate_text(text_request(f"#fail:eol@local-text-2 {SOLAR}", model="local-text-2"))
+    assert provider.generate_text(text_request(f"#fail:eol@local-text-2 {SOLAR}")).model == "local-text-1"
+
+
+@pytest.mark.parametrize("token", ["#fail:503@", "#fail:503@bad/model", "#fail:503x2@"])
+def test_a_malformed_model_fault_is_refused(provider: LocalProvider, token: str) -> None:
+    with pytest.raises(InvalidInputError, match="malformed local-provider directive"):
+        provider.generate_text(text_request(f"{token} {SOLAR}"))

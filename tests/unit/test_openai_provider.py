@@ -17,6 +17,7 @@ import pytest
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -663,19 +664,27 @@ def test_a_key_of_any_shape_echoed_back_is_redacted(server: ScriptedServer) -> N
     ],
     ids=["text", "embedding", "image"],
 )
-def test_404_unknown_model_is_a_configuration_error(
+def test_404_model_not_found_is_an_unavailable_model_not_a_configuration_error(
     server: ScriptedServer, send: Callable[[OpenAIProvider], object]
 ) -> None:
-    # A job may only name a model of its kind's allow-list (the API refuses others), so every model
-    # that reaches the adapter is the stage's configuration: a 404 for it pauses the kind and alerts
-    # instead of failing each job as its own fault.
+    # The model is gone (or this account may not use it): the job fails, nobody's consumer pauses, the
+    # operator is alerted once per model (aijobs.consumer.dispatcher). A job's own model is
+    # allow-listed at submit, so its 404 means the same.
     server.reply(
         error_body("The model `gpt-9` does not exist or you do not have access to it.", "model_not_found"),
         status=404,
     )
     error = fail(server, send)
-    assert type(error) is ProviderAuthError
-    assert error.status == 404
+    assert type(error) is ModelUnavailableError
+    assert (error.error_class, error.retryable, error.reason, error.status) == (
+        "model_unavailable", False, "not_found", 404,
+    )  # fmt: skip
+
+
+def test_404_without_model_not_found_is_still_the_configurations(server: ScriptedServer) -> None:
+    # A wrong base URL answers 404 too: paused and alerted.
+    server.reply(error_body("no such route"), status=404)
+    assert type(fail(server)) is ProviderAuthError
 
 
 def test_404_of_a_wrong_base_url_is_a_configuration_error(server: ScriptedServer) -> None:

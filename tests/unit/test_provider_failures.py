@@ -27,6 +27,7 @@ from botocore.stub import Stubber
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -36,6 +37,7 @@ from aijobs.providers.failures import (
     TimeoutProviderError,
     aws_failure,
     aws_task_failure,
+    bedrock_model_unavailable,
     request_maybe_accepted,
 )
 
@@ -138,6 +140,88 @@ def test_bedrock_error_rows(code: str, status: int, message: str, expected: type
     assert type(error) is expected
     assert error.status == status
     assert str(error).startswith(f"Bedrock {code}: ")
+
+
+# --- a model that is gone or locked: AWS's exact answers ---------------------------------------
+# AWS gives these no code of their own (a plain ResourceNotFoundException, like a mistyped model
+# id), so the texts are the fixtures: as seen from bedrock-runtime in 2026, for Converse,
+# InvokeModel and GetFoundationModel alike.
+
+END_OF_LIFE = (
+    "This model version has reached the end of its life. Please refer to the AWS documentation for more "
+    "details."
+)
+LEGACY_30_DAYS = (
+    "Access denied. This Model is marked by provider as Legacy and you have not been actively using the "
+    "model in the last 30 days. Please upgrade to an active model on Amazon Bedrock"
+)
+LEGACY_15_DAYS = (
+    "Access denied. This Model is marked by provider as Legacy and you have not been actively using the "
+    "model in the last 15 days. Please upgrade to an active model on Amazon Bedrock"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reason"),
+    [
+        ("ResourceNotFoundException", END_OF_LIFE, "end_of_life"),
+        ("ResourceNotFoundException", LEGACY_30_DAYS, "legacy"),
+        ("ResourceNotFoundException", LEGACY_15_DAYS, "legacy"),
+        # The Legacy lock has been answered as a ValidationException too.
+        ("ValidationException", LEGACY_30_DAYS.removeprefix("Access denied. "), "legacy"),
+    ],
+)
+def test_a_model_past_its_end_of_life_or_locked_as_legacy_is_unavailable(
+    code: str, message: str, reason: str
+) -> None:
+    error = mapped(bedrock_error(code, message, 404 if code.startswith("Resource") else 400))
+    assert type(error) is ModelUnavailableError
+    assert (error.error_class, error.retryable, error.reason) == ("model_unavailable", False, reason)
+    assert not isinstance(error, ProviderAuthError)  # never pauses the kind's consumer
+    assert str(error) == f"Bedrock {code}: {message}"
+
+
+def test_the_model_unavailable_error_carries_the_model_the_caller_names() -> None:
+    error = aws_failure(
+        bedrock_error("ResourceNotFoundException", END_OF_LIFE, 404), service="Bedrock", model="amazon.x-v1:0"
+    )
+    assert isinstance(error, ModelUnavailableError)
+    assert error.model == "amazon.x-v1:0"
+    unnamed = mapped(bedrock_error("ResourceNotFoundException", END_OF_LIFE, 404))
+    assert isinstance(unnamed, ModelUnavailableError)
+    assert unnamed.model is None
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        # The same code for a mistyped or never-existing id: our configuration (pause, alert).
+        ("ResourceNotFoundException", "Model not found: amazon.nova-lite-v9:0"),
+        ("ResourceNotFoundException", "Could not resolve the foundation model from the model identifier"),
+        # The words in another code mean nothing here.
+        ("AccessDeniedException", LEGACY_30_DAYS),
+        ("ThrottlingException", END_OF_LIFE),
+    ],
+)
+def test_only_the_model_gone_answers_are_read_as_unavailable(code: str, message: str) -> None:
+    assert bedrock_model_unavailable(code, message) is None
+    assert not isinstance(mapped(bedrock_error(code, message, 404)), ModelUnavailableError)
+
+
+def test_the_job_message_names_the_model_and_the_fix_first() -> None:
+    error = mapped(bedrock_error("ResourceNotFoundException", END_OF_LIFE, 404))
+    assert isinstance(error, ModelUnavailableError)
+    final = error.named("amazon.nova-canvas-v1:0").for_job("image-generate")
+    message = str(final)
+    assert message.startswith("model 'amazon.nova-canvas-v1:0' is no longer available (end of life): ")
+    assert "pick a current model for image-generate" in message[:160]  # what an attempt log keeps
+    assert "`aijobs models check`" in message
+    assert message.endswith(f"Bedrock ResourceNotFoundException: {END_OF_LIFE}")
+    assert (final.model, final.reason, final.status, final.detail) == (
+        "amazon.nova-canvas-v1:0", "end_of_life", 404, str(error),
+    )  # fmt: skip
+    # A model named by the raiser is kept.
+    assert error.named("a").named("b").model == "a"
 
 
 # --- Polly rows ---------------------------------------------------------------------------------

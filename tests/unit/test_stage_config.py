@@ -601,12 +601,16 @@ def _load(stage: str) -> StageConfig:
     return parse_stage_config(stage, dotenv_values(path))
 
 
+# The deployed stages' crons: maintenance, sweeper, adaptive concurrency, the weekly model check.
+SHIPPED_CRONS = ("*/10 * * * *", "*/5 * * * *", "* * * * *", "0 6 * * 1")
+
+
 def test_shipped_dev_config() -> None:
     config = _load("dev")
     assert config.stage == "dev"
     assert not config.is_production
     assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
-    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *", "* * * * *")
+    assert tuple(cron.text for cron in config.crons) == SHIPPED_CRONS
     assert config.crons[0].to_aws() == "cron(0/10 * * * ? *)"
     assert config.queue_max_concurrency is None
     assert config.max_receive_count == 4 + RECEIVE_HEADROOM
@@ -618,7 +622,7 @@ def test_shipped_prod_config() -> None:
     assert config.stage == "prod"
     assert config.is_production
     assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
-    assert tuple(cron.text for cron in config.crons) == ("*/10 * * * *", "*/5 * * * *", "* * * * *")
+    assert tuple(cron.text for cron in config.crons) == SHIPPED_CRONS
     assert config.alert_email is None
 
 

@@ -7,6 +7,10 @@ video kinds also read their own asynchronous invocations (`InvokeModel` is what 
 third-party models (Stability AI, Luma) also need the AWS Marketplace subscription actions that
 Bedrock checks on their first call. Polly kinds get Polly's synthesis actions, OpenAI-compatible
 kinds read only the stage's key secret. Fallbacks on another provider get that provider's grants.
+
+The weekly model check (aijobs.scheduled.models) reads the lifecycle of the stage's Bedrock models:
+`bedrock:GetFoundationModel` on exactly those foundation models, in the stack's region
+(`ModelLifecycleAccess`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from aijobs.provider_plan import KindPlan, base_model_id, is_inference_profile
+from aijobs.providers.lifecycle import bedrock_models
 from aijobs_cdk.nag import acknowledge
 
 # Capabilities whose provider runs asynchronous invocations the function reads back.
@@ -164,3 +169,35 @@ def _bedrock_models(plan: KindPlan) -> list[str]:
     models = list(plan.choosable_models) if plan.provider == "bedrock" else []
     models += [model for provider, model in plan.chain[1:] if provider == "bedrock" and model]
     return list(dict.fromkeys(models))
+
+
+class ModelLifecycleAccess(Construct):
+    """`bedrock:GetFoundationModel` for the cron dispatcher's weekly model check: on the foundation
+    model (in the stack's region) of every model the plans can call, an inference profile's
+    included, and nothing else. No statement when the stage calls no Bedrock model."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, fn: lambda_.Function, plans: list[KindPlan]
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        models = bedrock_models(plans)
+        if not models:
+            return
+        arns = [
+            stack.format_arn(
+                service="bedrock",
+                account="",
+                resource="foundation-model",
+                resource_name=model,
+                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            )
+            for model in models
+        ]
+        policy = iam.Policy(
+            self,
+            "Policy",
+            statements=[iam.PolicyStatement(actions=["bedrock:GetFoundationModel"], resources=arns)],
+        )
+        assert fn.role is not None
+        policy.attach_to_role(fn.role)

@@ -12,6 +12,7 @@ from aijobs.store.keys import (
     CRON_RUN_PREFIX,
     FLOW_PREFIX,
     META_INDEXES,
+    MODEL_PREFIX,
     PK,
     SHARD_INDEXES,
     SK,
@@ -108,6 +109,17 @@ class Tables(Construct):
                 actions=["dynamodb:UpdateItem"],
                 resources=[self.meta.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{SPEND_PREFIX}*"]}},
+            )
+        )
+
+    def grant_model_alerts(self, fn: lambda_.IFunction) -> None:
+        """Once-per-model alerts (`MODEL#<model id>` items only, UpdateItem): a consumer marks a
+        model its jobs found unavailable, the weekly model check one it found Legacy or gone."""
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem"],
+                resources=[self.meta.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{MODEL_PREFIX}*"]}},
             )
         )
 

@@ -18,7 +18,7 @@ from aijobs_cdk.constructs.dashboard import Dashboard
 from aijobs_cdk.constructs.dead_letters import DeadLetterParking, DeadLetters
 from aijobs_cdk.constructs.job_queue import JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
-from aijobs_cdk.constructs.model_access import ModelAccess
+from aijobs_cdk.constructs.model_access import ModelAccess, ModelLifecycleAccess
 from aijobs_cdk.constructs.schedules import Schedules
 from aijobs_cdk.constructs.storage import INPUTS_PREFIX, RESULTS_PREFIX, JobStorage
 from aijobs_cdk.constructs.tables import Tables
@@ -28,6 +28,14 @@ from aijobs_cdk.nag import acknowledge_grant_wildcards
 API_HANDLER = "api.handler.handler"
 API_TIMEOUT_SECONDS = 25
 CRON_HANDLER = "cron_dispatcher.handler.handler"
+
+
+def schedules_model_check(config: StageConfig) -> bool:
+    """Whether one of the stage's CRONS runs the weekly model check (aijobs.scheduled.models)."""
+    from aijobs.scheduled.models import run_model_check
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+
+    return any(SCHEDULED_HANDLERS.get(cron.text) is run_model_check for cron in config.crons)
 
 
 class AijobsStack(Stack):
@@ -219,9 +227,11 @@ class AijobsStack(Stack):
             tables.grant_meta_read(fn)
         tables.grant_cron_run_records(dispatcher)
         tables.grant_flow_records(dispatcher, state=True)
+        tables.grant_model_alerts(dispatcher)  # the weekly model check's markers
         for job_queue in queues:
             tables.grant_flow_records(job_queue.consumer, state=False)
             tables.grant_spend_records(job_queue.consumer)
+            tables.grant_model_alerts(job_queue.consumer)
         # The operator-visible dead-letter list lives in the meta table.
         tables.grant_dead_letter_records(dead_letters.consumer)
         # With JWT auth the producer gives a new identity its tenant on its first request.
@@ -252,6 +262,11 @@ class AijobsStack(Stack):
             plans=[config.plan(CLASSIFY)],
             openai_secret_name=config.openai_secret_name,
         )
+        # The weekly model check, where the stage schedules it: the lifecycle of its models only.
+        if schedules_model_check(config):
+            ModelLifecycleAccess(
+                self, "ModelLifecycleAccess", fn=dispatcher, plans=list(config.provider_plans)
+            )
         for fn in (producer, *(q.consumer for q in queues)):
             acknowledge_grant_wildcards(
                 fn,

@@ -67,6 +67,14 @@ def lambda_() -> LambdaClient:
         return boto3.client("lambda", config=_CONFIG)
 
 
+@cache
+def bedrock(region_name: str | None = None) -> Any:
+    """Bedrock's control plane (model lifecycle reads) in `region_name`, else the default region.
+    Typed `Any`: the project ships no stubs for it."""
+    with _creating:
+        return boto3.client("bedrock", region_name=region_name, config=_CONFIG)
+
+
 _Client = TypeVar("_Client")
 
 
@@ -92,5 +100,5 @@ def on_first_use(factory: Callable[[], _Client]) -> _Client:
 
 def reset_clients() -> None:
     _thread.__dict__.pop("dynamodb", None)
-    for factory in (sqs, s3, sns, lambda_):
+    for factory in (sqs, s3, sns, lambda_, bedrock):
         factory.cache_clear()

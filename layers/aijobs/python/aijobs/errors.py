@@ -74,6 +74,56 @@ class InvalidOutputError(ProviderError):
     retryable = True
 
 
+class ModelUnavailableError(ProviderError):
+    """The model itself can no longer be called: it reached its end of life, it is Legacy and
+    locked for an account that has not used it lately, or the endpoint does not know it.
+
+    Final for the job, but not a credentials problem: the kind's consumer keeps running (jobs of
+    other models still work) and the operator is alerted once per model. `model` names the model
+    when the raiser knows it; the consumer fills it in from the job or its kind's plan otherwise
+    (`named`). It is also the seam for fallbacks: a later change may retry the job on the kind's
+    next fallback model, knowing which one failed, before it fails the job.
+    """
+
+    error_class = "model_unavailable"
+
+    # Why the model cannot be called (`reason`).
+    END_OF_LIFE = "end_of_life"
+    LEGACY = "legacy"
+    NOT_FOUND = "not_found"
+
+    def __init__(
+        self, message: str, *, model: str | None = None, reason: str = END_OF_LIFE, status: int | None = None
+    ) -> None:
+        super().__init__(message, status=status)
+        self.model = model
+        self.reason = reason
+        # Models found unavailable before this one in the same attempt (a kind's fallback chain).
+        self.earlier: tuple[str, ...] = ()
+        # The provider's own answer, kept apart so `for_job` can lead with the model and the fix.
+        self.detail = message
+
+    def named(self, model: str | None) -> ModelUnavailableError:
+        """This error with `model` filled in where the raiser did not know it."""
+        if self.model is not None or model is None:
+            return self
+        return type(self)(self.detail, model=model, reason=self.reason, status=self.status)
+
+    def for_job(self, kind: str) -> ModelUnavailableError:
+        """The error as the job row records it: the model and the fix first (an attempt log keeps
+        only the start of a message), the provider's own answer last."""
+        model = f"model {self.model!r}" if self.model else f"the {kind} model"
+        why = {self.LEGACY: "Legacy, locked for this account"}.get(self.reason, self.reason.replace("_", " "))
+        message = (
+            f"{model} is no longer available ({why}): pick a current model for {kind} "
+            f"(KIND_MODELS / KIND_ALLOWED_MODELS, or the job's model) and check the stage with "
+            f"`aijobs models check`. {self.detail}"
+        )
+        error = type(self)(message, model=self.model, reason=self.reason, status=self.status)
+        error.detail = self.detail
+        return error
+
+
 class InfrastructureError(TransientProviderError):
     """One of our own AWS dependencies (a table, the bucket, a queue) failed transiently."""
 

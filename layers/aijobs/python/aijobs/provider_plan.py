@@ -12,7 +12,8 @@ A kind declares its capability and its default model per provider; the stage pic
 - `KIND_ALLOWED_MODELS=summary=amazon.nova-lite-v1:0,amazon.nova-pro-v1:0`: what a job's `model`
   field may choose besides the default (else the kind's declared `allowed_models`);
 - `KIND_FALLBACKS=summary=bedrock:us.amazon.nova-pro-v1:0,openai:gpt-4o-mini`: models tried in
-  order when the first cannot answer (else the kind's declared `fallbacks`).
+  order when the first cannot answer (else the kind's declared `fallbacks`); `summary=none` for
+  none (so too for KIND_ALLOWED_MODELS).
 
 A capability the chosen provider cannot serve is a synth error naming the kind, the provider and
 the capability. This module is data and parsing only (no AWS, no provider imports), so the CDK
@@ -49,6 +50,8 @@ LOCAL_MODELS: Mapping[str, str] = {
     "speech": "local-tts-1",
     "video": "local-video-1",
 }
+# `KIND_ALLOWED_MODELS=summary=none` / `KIND_FALLBACKS=summary=none`: none of the declared ones.
+NONE = "none"
 # Providers that need no model id (their kind's declaration may say None).
 MODELLESS_PROVIDERS = frozenset({"polly"})
 # Cross-region inference profile prefixes (`us.amazon.nova-lite-v1:0`).
@@ -194,17 +197,20 @@ def parse_provider_plan(
                 f"kind {name!r} runs on {provider} but declares no {provider} model: add one to its "
                 f"`models` (aijobs/kinds/{name.replace('-', '_')}.py) or set KIND_MODELS={name}=<model id>"
             )
-        if name in allowed:
+        if allowed.get(name) == NONE:
+            extra: tuple[str, ...] = ()
+        elif name in allowed:
             extra = tuple(
                 _model("KIND_ALLOWED_MODELS", name, m.strip()) for m in allowed[name].split(",") if m.strip()
             )
         else:
             extra = tuple(kind.allowed_models.get(provider, ()))
-        chain = (
-            _fallbacks(name, fallbacks[name])
-            if name in fallbacks
-            else tuple(kind.fallbacks.get(provider, ()))
-        )
+        if fallbacks.get(name) == NONE:
+            chain: tuple[str, ...] = ()
+        elif name in fallbacks:
+            chain = _fallbacks(name, fallbacks[name])
+        else:
+            chain = tuple(kind.fallbacks.get(provider, ()))
         for ref in chain:
             fallback_provider, fallback_model = split_model_ref(ref)
             _check_serves(name, kind.capability, fallback_provider, key="KIND_FALLBACKS")

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from aijobs.api.service import JobService
     from aijobs.consumer.dispatcher import Consumer
     from aijobs.dead_letters import DeadLetterConsumer
+    from aijobs.provider_plan import KindPlan
+    from aijobs.providers.base import Provider
     from aijobs.scheduled.context import CronContext
     from aijobs.settings import FunctionSettings
     from aijobs.settings.api import ApiSettings
@@ -62,8 +64,10 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
     from aijobs.consumer.retry import RetryPolicy
     from aijobs.providers.registry import build_provider
     from aijobs.store.flow import FlowRecords
+    from aijobs.store.model_alerts import ModelAlerts
     from aijobs.store.results import ResultStore
 
+    plan = settings.plans.get(settings.queue_name)
     return Consumer(
         stage=settings.stage,
         kind=settings.queue_name,
@@ -97,7 +101,9 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
             FlowRecords(aws.dynamodb().Table(settings.meta_table_name)), settings.queue_name, clock
         ),
         spend=spend_brake(settings, clock),
-        model=_plan_model(settings),
+        model=plan.model if plan is not None else None,
+        fallbacks=_fallbacks(settings, plan),
+        model_alerts=ModelAlerts(aws.dynamodb().Table(settings.meta_table_name)),
     )
 
 
@@ -226,6 +232,9 @@ def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = u
         control=ConsumerControl(aws.on_first_use(aws.lambda_)),
         mappings=settings.event_source_mappings,
         flow=settings.flow,
+        plans=settings.plans,
+        # Bedrock's control plane (the weekly model check only), in the function's own region.
+        bedrock=aws.bedrock,
     )
 
 
@@ -276,6 +285,13 @@ def reset_runtime() -> None:
     reset_providers()
 
 
-def _plan_model(settings: ConsumerSettings) -> str | None:
-    plan = settings.plans.get(settings.queue_name)
-    return plan.model if plan is not None else None
+def _fallbacks(settings: ConsumerSettings, plan: KindPlan | None) -> tuple[tuple[Provider, str], ...]:
+    """The plan's fallback models, each with its provider's adapter (built once, like the first)."""
+    from aijobs.providers.registry import build_provider
+
+    if plan is None:
+        return ()
+    return tuple(
+        (build_provider(provider, settings, bucket=settings.bucket_name), model or "")
+        for provider, model in plan.chain[1:]
+    )

@@ -380,6 +380,8 @@ class StageConfig:
             # Adaptive concurrency: its ceiling (empty: the mapping's maximum) and thresholds.
             "QUEUE_MAX_CONCURRENCY": str(self.queue_max_concurrency or ""),
             **{key: str(getattr(self, key.lower())) for key in FLOW_KEYS},
+            # The weekly model check: every model the stage's kinds may call.
+            **plans_setting(self.provider_plans),
         }
 
     @property

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -29,6 +29,7 @@ from aijobs.consumer.retry import RetryPolicy
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
     CANCELLED,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -58,6 +59,9 @@ from aijobs.store.keys import is_child_id
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
 from aijobs.workflows.fanin import after_final
+
+if TYPE_CHECKING:
+    from aijobs.store.model_alerts import ModelAlerts
 
 
 class RetryLater(Exception):
@@ -108,11 +112,17 @@ class Consumer:
     meter: ThrottleMeter | None = None
     # The daily spend brake (aijobs.spend); None: the stage sets no SPEND_DAILY_CAP_USD.
     spend: SpendBrake | None = None
-    # The kind's default model on this stage (its plan); a job's own `model` wins.
+    # The kind's default model (its plan), which a job without a `model` of its own runs on.
     model: str | None = None
+    # Once-per-model alerts of a model that can no longer be called (None: not recorded).
+    model_alerts: ModelAlerts | None = None
+    # The kind's fallback models, each with its provider (aijobs.kinds.run.run_chain).
+    fallbacks: tuple[tuple[Provider, str], ...] = ()
     _paused: bool = field(default=False, init=False)
     # The (day, cap) whose spend alert this container knows was sent.
     _spend_alerted: tuple[str, Decimal] | None = field(default=None, init=False)
+    # The unavailable models this container knows were alerted.
+    _models_alerted: set[str] = field(default_factory=set, init=False)
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """The Lambda entry: process a batch, answer with its partial failures."""
@@ -357,7 +367,7 @@ class Consumer:
                     JobContext(
                         job=job, provider=self.provider, results=self.results, store=store,
                         queues=self.queues, clock=self.clock, lease_seconds=self.lease.total_seconds(),
-                        hold_seconds=self.hold.total_seconds(), model=self.model,
+                        hold_seconds=self.hold.total_seconds(), model=self.model, fallbacks=self.fallbacks,
                     )
                 )  # fmt: skip
             except ProviderError as error:
@@ -388,7 +398,7 @@ class Consumer:
         )
         # The adapter's own cost wins; else the usage is priced from the model price table.
         spent = spend(
-            self.provider.name,
+            result.provider or self.provider.name,
             result.model or job.model,
             result.usage,
             given=result.cost,
@@ -416,6 +426,11 @@ class Consumer:
             "job succeeded",
             extra={"durationMs": round(seconds * 1000, 1), "model": result.model, "costUsd": spent.usd},
         )
+        for model in result.unavailable:
+            # A fallback answered, but the operator must still move off the model that is gone.
+            self._model_alert(
+                ModelUnavailableError(f"{model} is unavailable; a fallback model answered", model=model)
+            )
 
     def _spend_writes(self, store: JobStore, job: Job, cost: float | None) -> list[dict[str, Any]]:
         if self.spend is None or not cost:
@@ -449,12 +464,23 @@ class Consumer:
         extra = {"errorClass": error_class, "status": error.status}
         now = self.clock()
         if not error.retryable:
+            earlier: tuple[str, ...] = ()
+            if isinstance(error, ModelUnavailableError):
+                # Every model of the kind's chain was tried (aijobs.kinds.run.run_chain): the error
+                # names the last one, `earlier` the ones before it, each alerted once.
+                earlier = error.earlier
+                error = error.named(job.model or self.model).for_job(job.kind)
             finished = store.fail_final(job, now=now, error_class=error_class, message=str(error))
             after_final(store, self.queues, finished, self.clock())
             emit(METRIC_FAILED_FINAL, kind=job.kind, error_class=error_class)
             logger.warning("job failed for good", extra=extra)
             if isinstance(error, ProviderAuthError):
                 self._pause(record, error)
+            elif isinstance(error, ModelUnavailableError):
+                # Never a pause: the credentials are fine, and the kind's other models still work.
+                for model in earlier:
+                    self._model_alert(ModelUnavailableError(f"{model} is unavailable", model=model))
+                self._model_alert(error)
             return
         if job.attempts >= self.max_attempts:
             store.fail_retryable(job, now=now, error_class=error_class, message=str(error))
@@ -484,6 +510,53 @@ class Consumer:
         cap on the row (not SQS's receive count) decides when a job is dead-lettered."""
         self.queues.send_to_dlq(record.body, kind=job.kind)
         logger.error("job moved to the dead-letter queue", extra={"reason": reason, "attempts": job.attempts})
+
+    def _model_alert(self, error: ModelUnavailableError) -> None:
+        """Alert once per model (a conditional marker in the meta table: the first consumer to see
+        the model fail alerts, every other container and job of it stays quiet)."""
+        from aijobs.store.model_alerts import FAILING
+
+        model = error.model or f"{self.provider.name}:{self.kind}"
+        logger.error(
+            "model unavailable: job failed, consumer not paused",
+            extra={"model": model, "reason": error.reason},
+        )
+        if self.model_alerts is None or model in self._models_alerted:
+            return  # known to be alerted already: no write per failed job
+        now = self.clock()
+        try:
+            first = self.model_alerts.mark(model, FAILING, now)
+        except Exception:
+            # Without the marker, alert anyway: a repeated alert beats a silent one.
+            logger.exception("model alert marker unavailable; alerting from this container")
+            first = True
+        self._models_alerted.add(model)
+        if not first:
+            return
+        try:
+            self.alerts.publish(
+                f"aijobs {self.stage}: model {model} unavailable",
+                {
+                    "kind": self.kind,
+                    "model": model,
+                    "reason": error.reason,
+                    "error": error.detail[:300],
+                    "status": error.status,
+                    "consumer": "not paused: jobs on the kind's other models keep running; jobs on this "
+                    "model fail at once (failed_final, model_unavailable)",
+                    "fix": f"pick a current model for {self.kind} (KIND_MODELS / KIND_ALLOWED_MODELS in "
+                    f".env.{self.stage}) and deploy; `aijobs models check --stack aijobs-{self.stage}` "
+                    "lists every model the stage calls and its lifecycle",
+                },
+            )
+        except Exception:
+            # The job is finished already: give the marker back so the next failure alerts.
+            logger.exception("model alert not sent: its marker withdrawn")
+            self._models_alerted.discard(model)
+            try:
+                self.model_alerts.withdraw(model, FAILING, now)
+            except Exception:
+                logger.exception("could not withdraw the model alert marker")
 
     def _pause(self, record: SQSRecord, error: ProviderAuthError) -> None:
         self._paused = True

@@ -22,7 +22,7 @@ from aijobs.store.results import ResultStore, is_part_ref
 
 if TYPE_CHECKING:
     from aijobs.kinds.base import Kind, KindInput
-    from aijobs.kinds.run import Step
+    from aijobs.kinds.run import Candidate, Step
     from aijobs.queues import JobQueues
     from aijobs.store.jobs import JobStore
 
@@ -44,6 +44,21 @@ class JobContext:
 
     # The kind's default model on this stage (its plan); a job's own `model` wins.
     model: str | None = None
+    # The kind's fallback models after it, each with the provider that serves it (its plan).
+    fallbacks: tuple[tuple[Provider, str], ...] = ()
+
+    def candidates(self) -> list[Candidate]:
+        """The models this job may run on, in order: its own or its kind's, then the fallbacks."""
+        from aijobs.kinds.run import Candidate
+
+        first = Candidate(self.provider, self.job.model or self.model or "")
+        rest = [
+            # A fallback on the kind's own provider runs on the very adapter the kind uses.
+            Candidate(self.provider if provider.name == self.provider.name else provider, model)
+            for provider, model in self.fallbacks
+            if model != first.model
+        ]
+        return [first, *rest]
 
     def step(self, value: KindInput, *, step: str = "main") -> Step:
         """The kind step of this job's attempt (aijobs.kinds.run)."""
@@ -117,10 +132,10 @@ def kind_step(name: str) -> KindHandler:
 
     def handle(ctx: JobContext) -> ProviderResult:
         from aijobs.kinds.registry import require
-        from aijobs.kinds.run import run
+        from aijobs.kinds.run import run_chain
 
         kind = require(name)
-        return run(kind, ctx.provider, ctx.step(kind_input(kind, ctx)))
+        return run_chain(kind, ctx.candidates(), ctx.step(kind_input(kind, ctx)))
 
     handle.__name__ = f"kind_{name.replace('-', '_')}"
     return handle

@@ -2,7 +2,7 @@
 
 A kind is the team's task: which capability it asks of a provider (aijobs.providers.base), its
 prompt, its options and output as pydantic models, its models (default per provider, allowed,
-fallbacks), its input limits, its price and its per-kind overrides. A provider never knows the
+fallbacks), its input limits and its price. A provider never knows the
 kind; the kind turns a job into one capability request (`build`) and the answer into the job's
 output (`shape`). Both have defaults per capability, so most kinds are only a declaration.
 
@@ -97,17 +97,6 @@ class Inputs:
 
 
 @dataclass(frozen=True)
-class Overrides:
-    """Per-kind infrastructure settings; None keeps the stage's value."""
-
-    timeout_seconds: int | None = None
-    max_retries: int | None = None
-    batch_size: int | None = None
-    max_concurrency: int | None = None
-    memory_mb: int | None = None
-
-
-@dataclass(frozen=True)
 class KindInput:
     """A job's input as a kind's `build` sees it (after the consumer read any upload)."""
 
@@ -150,9 +139,11 @@ class Kind:
     # its retries, or is no longer available: `provider:model` each, per provider the kind runs on.
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     inputs: Inputs = Inputs()
+    # Attempts on a model before a throttle or a 5xx moves the attempt on to the next fallback
+    # model (an unavailable model moves on at once).
+    patience: int = 2
     # Credits a job of this kind costs (a stage's KIND_PRICES may override it).
     price: int = 1
-    overrides: Overrides = Overrides()
     # A synchronous kind runs in the API (`POST /classify`), not on a queue.
     sync: bool = False
     # An input that shows what the kind takes (the docs, the OpenAPI example, sample events and

@@ -7,12 +7,22 @@ and runs the step in the consumer (`run`); a workflow's merge runs its child kin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from aijobs.errors import InputTooLargeError, InvalidInputError, InvalidOutputError, ProviderAuthError
+from aijobs.errors import (
+    InfrastructureError,
+    InputTooLargeError,
+    InvalidInputError,
+    InvalidOutputError,
+    ModelUnavailableError,
+    ProviderAuthError,
+    ThrottledError,
+    TransientProviderError,
+)
 from aijobs.kinds.base import (
     EmbeddingOptions,
     ImageOptions,
@@ -23,6 +33,7 @@ from aijobs.kinds.base import (
     TextOptions,
     VideoOptions,
 )
+from aijobs.observability import logger
 from aijobs.providers.base import (
     Call,
     Embedder,
@@ -164,6 +175,53 @@ def run(kind: Kind, provider: Provider, step: Step) -> ProviderResult:
     request = VideoRequest(call=call, **arguments)
     result = video.start_video(request) if step.handle is None else video.check_video(request)
     return _shaped(kind, result, options)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A model a step may run on, and the provider that serves it."""
+
+    provider: Provider
+    model: str
+
+
+def run_chain(kind: Kind, candidates: Sequence[Candidate], step: Step) -> ProviderResult:
+    """`run` on the first model, moving on to the next within the same attempt when the model is
+    unavailable (at once), or throttled or failing with a 5xx from the kind's `patience`-th attempt
+    on; the last model's failure is the attempt's. The answer names the model (and provider) that
+    answered and the models found unavailable. An asynchronous task already started is checked on
+    the first model only (its handle belongs to it)."""
+    chain = candidates[:1] if step.handle is not None else candidates
+    unavailable: list[str] = []
+    for index, candidate in enumerate(chain):
+        last = index + 1 == len(chain)
+        try:
+            result = run(kind, candidate.provider, replace(step, model=candidate.model))
+        except ModelUnavailableError as error:
+            if last:
+                final = error.named(candidate.model)
+                final.earlier = tuple(unavailable)
+                raise final from None
+            unavailable.append(error.model or candidate.model)
+            reason = error.error_class
+        except (ThrottledError, TransientProviderError) as error:
+            # Our own AWS dependencies failing (InfrastructureError) is no reason to change models.
+            if last or step.attempt < kind.patience or isinstance(error, InfrastructureError):
+                raise
+            reason = error.error_class
+        else:
+            update: dict[str, Any] = {
+                "model": result.model or candidate.model,
+                "unavailable": tuple(unavailable),
+            }
+            if index:
+                update["provider"] = candidate.provider.name
+            return result.model_copy(update=update)
+        logger.warning(
+            "model failed: trying the next one",
+            extra={"failedModel": candidate.model, "nextModel": chain[index + 1].model, "errorClass": reason},
+        )
+    raise AssertionError("unreachable: the last candidate returns or raises")
 
 
 def _shaped(kind: Kind, result: ProviderResult, options: KindOptions) -> ProviderResult:

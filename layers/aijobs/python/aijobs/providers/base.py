@@ -163,6 +163,10 @@ class ProviderResult(_Port):
     # Keys of artifacts a step already wrote to the result bucket itself (a workflow merge that
     # streams a large object); listed with `artifacts` in the result document.
     stored_artifacts: tuple[str, ...] = ()
+    # The provider that answered, when it is not the kind's own (a fallback model on another one).
+    provider: str | None = None
+    # Models the step found unavailable on its way to the one that answered (their operator alert).
+    unavailable: tuple[str, ...] = ()
 
 
 class Provider(Protocol):

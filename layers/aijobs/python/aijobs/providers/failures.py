@@ -28,6 +28,7 @@ from botocore.exceptions import (
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
@@ -102,6 +103,23 @@ _MODEL_ACCESS_TEXT = re.compile(
     r"|model identifier is invalid|on-demand throughput isn.t supported",
     re.IGNORECASE,
 )
+# A model that is gone or locked. Bedrock says so with no code or field of its own: the end of a
+# model's life and the Legacy lock are both a plain ResourceNotFoundException (the Legacy lock has
+# been seen as a ValidationException too), the same code as a mistyped model id, which is ours to
+# fix (`ProviderAuthError`). The message is the only signal AWS gives, so it is read here and only
+# here (`bedrock_model_unavailable`); tests/unit/test_provider_failures.py holds AWS's exact texts:
+#   "This model version has reached the end of its life. Please refer to the AWS documentation for
+#    more details."
+#   "Access denied. This Model is marked by provider as Legacy and you have not been actively using
+#    the model in the last 30 days. Please upgrade to an active model on Amazon Bedrock"
+_MODEL_GONE_CODES = frozenset({"ResourceNotFoundException", "ValidationException"})
+# AWS's answer after a model's end of life, as the local provider's `#fail:eol` reproduces it.
+BEDROCK_END_OF_LIFE_MESSAGE = (
+    "This model version has reached the end of its life. Please refer to the AWS documentation for "
+    "more details."
+)
+_END_OF_LIFE_TEXT = re.compile(r"\breached the end of its life\b", re.IGNORECASE)
+_LEGACY_TEXT = re.compile(r"\bmarked by (?:the )?provider as legacy\b", re.IGNORECASE)
 # Async task failure texts (GetAsyncInvoke `failureMessage`, Polly `TaskStatusReason`): the task
 # carries no error code, so its text is all there is to classify.
 _TASK_THROTTLED_TEXT = re.compile(r"throttl|rate exceeded|too many requests|quota|capacity", re.IGNORECASE)
@@ -113,8 +131,11 @@ _MAX_DETAIL = 200
 _MAX_RETRY_AFTER_SECONDS = 12 * 3600.0
 
 
-def aws_failure(error: ClientError | BotoCoreError, *, service: str) -> ProviderError:
-    """The typed `ProviderError` for a failed boto3 call to an AI service (`service` names it).
+def aws_failure(
+    error: ClientError | BotoCoreError, *, service: str, model: str | None = None
+) -> ProviderError:
+    """The typed `ProviderError` for a failed boto3 call to an AI service (`service` names it;
+    `model`, when the caller passes it, is carried by a `ModelUnavailableError`).
 
     | AWS answer                                                        | raised                    |
     |-------------------------------------------------------------------|---------------------------|
@@ -124,6 +145,8 @@ def aws_failure(error: ClientError | BotoCoreError, *, service: str) -> Provider
     | ModelTimeout, read/connect timeout, no connection                 | `TimeoutProviderError`    |
     | Validation whose message means "input too long", TextLength...    | `InputTooLargeError`      |
     | Validation, InvalidSsml, LanguageNotSupported, InvalidSampleRate  | `InvalidInputError`       |
+    | ResourceNotFound / Validation saying the model reached its end of | `ModelUnavailableError`   |
+    | life or is Legacy and locked (`bedrock_model_unavailable`)        |                           |
     | AccessDenied, UnrecognizedClient, ResourceNotFound (model id),    | `ProviderAuthError`       |
     | Validation meaning "no access to the model" / bad model id        |                           |
 
@@ -131,8 +154,20 @@ def aws_failure(error: ClientError | BotoCoreError, *, service: str) -> Provider
     names the service, the code and AWS's own message (cut short); never the request's input.
     """
     if isinstance(error, ClientError):
-        return _client_error(error, service)
+        return _client_error(error, service, model)
     return _sdk_error(error, service)
+
+
+def bedrock_model_unavailable(code: str, message: str) -> str | None:
+    """Why Bedrock refuses the model itself (`ModelUnavailableError.END_OF_LIFE` or `.LEGACY`), or
+    None for any other answer. The message text is all AWS gives (see the texts above)."""
+    if code not in _MODEL_GONE_CODES:
+        return None
+    if _END_OF_LIFE_TEXT.search(message):
+        return ModelUnavailableError.END_OF_LIFE
+    if _LEGACY_TEXT.search(message):
+        return ModelUnavailableError.LEGACY
+    return None
 
 
 def aws_task_failure(reason: str | None, *, service: str) -> ProviderError:
@@ -155,7 +190,7 @@ def aws_task_failure(reason: str | None, *, service: str) -> ProviderError:
     return TransientProviderError(what)
 
 
-def _client_error(error: ClientError, service: str) -> ProviderError:
+def _client_error(error: ClientError, service: str, model: str | None) -> ProviderError:
     response: Mapping[str, Any] = error.response
     details: Mapping[str, Any] = response.get("Error") or {}
     metadata: Mapping[str, Any] = response.get("ResponseMetadata") or {}
@@ -163,6 +198,9 @@ def _client_error(error: ClientError, service: str) -> ProviderError:
     message = str(details.get("Message", "") or "")
     status = _int_or_none(metadata.get("HTTPStatusCode"))
     what = f"{service} {code or status}: {message[:_MAX_DETAIL]}".rstrip(": ")
+    gone = bedrock_model_unavailable(code, message)
+    if gone is not None:
+        return ModelUnavailableError(what, model=model, reason=gone, status=status)
     if code in _THROTTLED_CODES:
         return ThrottledError(what, status=status, retry_after=_retry_after(metadata))
     if code in _TIMEOUT_CODES:
@@ -372,6 +410,7 @@ def http_error(
     retry_after_ms_header: str | None = None,
     provider: str = "provider",
     model_override: bool = False,
+    model: str | None = None,
     secrets: tuple[str, ...] = (),
     now: datetime | None = None,
 ) -> ProviderError:
@@ -383,9 +422,14 @@ def http_error(
     - 408, 425, 5xx: `TransientProviderError`.
     - 413, and a 400 about the context length (code `context_length_exceeded` or the words):
       `InputTooLargeError`; other 400 and 4xx: `InvalidInputError`.
-    - 401, 402, 403, 404 (unknown model or wrong base URL), 405, 3xx: `ProviderAuthError`, which
-      pauses the kind's consumer. Except a 404 for a model the *job* chose (`model_override`):
-      the job's fault, `InvalidInputError`, so one bad request cannot pause everyone's jobs.
+    - 404 with the error code `model_not_found` (OpenAI's: the model is gone, or this account
+      may not use it): `ModelUnavailableError` (carrying `model`), which fails the job without
+      pausing the kind's consumer: jobs of its other models still work. Job-chosen models are
+      allow-listed at submit, so this holds for an override too.
+    - 401, 402, 403, 404 (wrong base URL, or a model not found without that code), 405, 3xx:
+      `ProviderAuthError`, which pauses the kind's consumer. Except such a 404 for a model the
+      *job* chose (`model_override`): the job's fault, `InvalidInputError`, so one bad request
+      cannot pause everyone's jobs.
 
     The message is `"<provider>: HTTP <status> [<code>]: <provider message>"`, the provider's
     message cut to 160 characters and stripped of key-like tokens and of `secrets`.
@@ -407,11 +451,9 @@ def http_error(
         status == 400 and (code in _HTTP_CONTEXT_LENGTH_CODES or _HTTP_CONTEXT_LENGTH_TEXT.search(message))
     ):
         return InputTooLargeError(text + " (split or shrink the input)", status=status)
-    if (
-        status == 404
-        and model_override
-        and (code in _HTTP_MODEL_NOT_FOUND_CODES or _HTTP_MODEL_NOT_FOUND_TEXT.search(message))
-    ):
+    if status == 404 and code in _HTTP_MODEL_NOT_FOUND_CODES:
+        return ModelUnavailableError(text, model=model, reason=ModelUnavailableError.NOT_FOUND, status=status)
+    if status == 404 and model_override and _HTTP_MODEL_NOT_FOUND_TEXT.search(message):
         return InvalidInputError(text + " (the job's model override)", status=status)
     if status in _HTTP_CONFIG_STATUSES or 300 <= status < 400:
         return ProviderAuthError(text + " (configuration: key, account, base URL or model)", status=status)

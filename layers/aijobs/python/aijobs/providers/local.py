@@ -95,7 +95,9 @@ def _digest(text: str) -> bytes:
 # --- magic directives -------------------------------------------------------------------------
 
 _DIRECTIVE = re.compile(r"^#(fail|running|sleep|crash|cost):(.*)$", re.IGNORECASE | re.DOTALL)
-_FAIL_VALUE = re.compile(r"^(502|503|429|timeout|400|401|403|413)(?:x(\d{1,6}))?$")
+_FAIL_VALUE = re.compile(
+    r"^(502|503|429|timeout|400|401|403|413|eol)(?:x(\d{1,6}))?(?:@([a-z0-9][a-z0-9._:-]{0,99}))?$"
+)
 _COUNT_VALUE = re.compile(r"^\d{1,6}$")
 _SECONDS_VALUE = re.compile(r"^\d{1,3}(?:\.\d{1,6})?$")
 _USD_VALUE = re.compile(r"^\d{1,6}(?:\.\d{1,6})?$")
@@ -118,6 +120,8 @@ class _Fail:
     times: int | None
     # `#outage`: an outage that an operator's re-run comes after (fails only before any re-run).
     until_rerun: bool = False
+    # `@MODEL`: only calls on this model fail (a fallback model answers).
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,12 +139,26 @@ def _malformed(token: str) -> InvalidInputError:
     return InvalidInputError(f"malformed local-provider directive {token[:40]!r}", status=400)
 
 
+def _end_of_life(call: Call) -> Exception:
+    """`#fail:eol`: Bedrock's answer for a model past its end of life, mapped as Bedrock's is."""
+    from botocore.exceptions import ClientError
+
+    from aijobs.providers.failures import BEDROCK_END_OF_LIFE_MESSAGE, aws_failure
+
+    answer: Any = {
+        "Error": {"Code": "ResourceNotFoundException", "Message": BEDROCK_END_OF_LIFE_MESSAGE},
+        "ResponseMetadata": {"HTTPStatusCode": 404},
+    }
+    model = call.model
+    return aws_failure(ClientError(answer, "InvokeModel"), service="local provider", model=model)
+
+
 def _parse_fail(token: str, value: str) -> _Fail:
     match = _FAIL_VALUE.match(value)
     if match is None:
         raise _malformed(token)
     times = match.group(2)
-    return _Fail(code=match.group(1), times=int(times) if times is not None else None)
+    return _Fail(code=match.group(1), times=int(times) if times is not None else None, model=match.group(3))
 
 
 def _parse_seconds(token: str, value: str) -> float:
@@ -697,10 +715,17 @@ class LocalProvider:
     - `#fail:400` / `401` / `403` / `413`: `InvalidInputError` / `ProviderAuthError` /
       `InputTooLargeError` on every attempt (an `xN` suffix limits any failure to attempts <= N;
       without it a transient failure also happens on every attempt).
-    - `#running:N`: answer `running` while `checks < N` (for video it replaces `video_checks`).
+    - `#fail:eol`: the model reached its end of life: the `ModelUnavailableError` Bedrock's
+      `ResourceNotFoundException` maps to (aijobs.providers.failures), naming the call's model, on
+      every attempt: the job fails for good, the consumer is not paused and
+      the operator is alerted once per model.
+    - `#running:N`: speech and video (the asynchronous capabilities) answer `running` while
+      `checks < N` (for video it replaces `video_checks`).
     - `#sleep:S`: sleep S seconds (at most 30) before working.
     - `#crash` / `#crash:N`: raise `SimulatedCrash` (a `BaseException`) on attempt 1 / while
       `attempt <= N`, after any sleep: the attempt dies like a Lambda killed by its timeout.
+    - `#fail:CODE@MODEL` (e.g. `#fail:503@local-text-1`): the failure hits only calls on MODEL, so
+      a kind's fallback model answers.
     - `#cost:USD`: the answer reports this cost (e.g. `#cost:0.05`) instead of 0, so the spend
       brake can be tried locally.
     """
@@ -860,11 +885,15 @@ class LocalProvider:
         for fail in directives.fails:
             if fail.until_rerun and call.reruns > 0:
                 continue
+            if fail.model is not None and fail.model != call.model.lower():
+                continue
             if fail.times is None or call.attempt <= fail.times:
-                raise self._failure(fail, call.attempt)
+                raise self._failure(fail, call)
 
-    def _failure(self, fail: _Fail, attempt: int) -> Exception:
-        what = f"local provider: simulated {fail.code} on attempt {attempt}"
+    def _failure(self, fail: _Fail, call: Call) -> Exception:
+        if fail.code == "eol":
+            return _end_of_life(call)
+        what = f"local provider: simulated {fail.code} on attempt {call.attempt}"
         if fail.code in ("502", "503"):
             return TransientProviderError(what, status=int(fail.code))
         if fail.code == "timeout":

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aijobs.alerts import Alerts
 from aijobs.flow import FlowSettings
 from aijobs.mappings import ConsumerControl
+from aijobs.provider_plan import KindPlan
 from aijobs.queues import JobQueues
 from aijobs.store.tenants import Directory
 
@@ -44,3 +45,7 @@ class CronContext:
     control: ConsumerControl | None = None
     mappings: dict[str, str] = field(default_factory=dict)
     flow: FlowSettings = field(default_factory=FlowSettings)
+    # The weekly model check (aijobs.scheduled.models): the stage's provider plan per kind, and
+    # Bedrock's control plane in the function's own region (created when first called).
+    plans: dict[str, KindPlan] = field(default_factory=dict)
+    bedrock: Callable[[], Any] | None = None

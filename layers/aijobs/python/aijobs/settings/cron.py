@@ -11,14 +11,15 @@ from pydantic import Field, field_validator
 from aijobs.bindings import ESM_MAX_CONCURRENCY_MAX, EVENT_SOURCE_MAPPINGS
 from aijobs.provider_plan import kind_pairs
 from aijobs.settings import _WebhookQueueSettings, register_getter
-from aijobs.settings.parts import _QueueSettings
+from aijobs.settings.parts import _PlanSettings, _QueueSettings
 
 if TYPE_CHECKING:
     from aijobs.flow import FlowSettings
 
 
-class CronSettings(_QueueSettings, _WebhookQueueSettings):
-    """The cron dispatcher (its jobs may re-queue work, so it knows the queues)."""
+class CronSettings(_QueueSettings, _WebhookQueueSettings, _PlanSettings):
+    """The cron dispatcher (its jobs may re-queue work, so it knows the queues; the weekly model
+    check reads the provider plan)."""
 
     alert_topic_arn: str = Field(validation_alias="ALERT_TOPIC_ARN", min_length=1)
     max_retries: int = Field(validation_alias="MAX_RETRIES", ge=0)

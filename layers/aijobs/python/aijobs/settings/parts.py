@@ -1,5 +1,5 @@
-"""Settings parts only some functions share: the job queues (API, cron), the provider plan and the
-spend brake (API, consumer)."""
+"""Settings parts only some functions share: the job queues (API, cron), the provider plan (API,
+consumer, cron), the provider adapters and the spend brake (API, consumer)."""
 
 from __future__ import annotations
 
@@ -34,20 +34,15 @@ class _QueueSettings(FunctionSettings):
         }
 
 
-class _ProviderSettings(BaseModel):
+class _PlanSettings(BaseModel):
     """Which provider and models serve each kind (the synth-time plan, see aijobs.provider_plan)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="ignore")
 
-    provider: str = Field(validation_alias="PROVIDER", min_length=1)
     kind_providers: str = Field(validation_alias="KIND_PROVIDERS", min_length=1)
     kind_models: str = Field(validation_alias="KIND_MODELS", default="")
     kind_allowed_models: str = Field(validation_alias="KIND_ALLOWED_MODELS", default="")
     kind_fallbacks: str = Field(validation_alias="KIND_FALLBACKS", default="")
-    openai_base_url: str = Field(validation_alias="OPENAI_BASE_URL", min_length=1)
-    # Deployed stages read the OpenAI-compatible key from this secret; the local stack from
-    # the OPENAI_API_KEY environment variable of the developer's shell.
-    openai_secret_name: str | None = Field(validation_alias="OPENAI_SECRET_NAME", default=None)
 
     @property
     def plans(self) -> dict[str, KindPlan]:
@@ -59,6 +54,16 @@ class _ProviderSettings(BaseModel):
                 "KIND_FALLBACKS": self.kind_fallbacks,
             }
         )
+
+
+class _ProviderSettings(_PlanSettings):
+    """The plan plus what a function needs to build the provider adapters of its kinds."""
+
+    provider: str = Field(validation_alias="PROVIDER", min_length=1)
+    openai_base_url: str = Field(validation_alias="OPENAI_BASE_URL", min_length=1)
+    # Deployed stages read the OpenAI-compatible key from this secret; the local stack from
+    # the OPENAI_API_KEY environment variable of the developer's shell.
+    openai_secret_name: str | None = Field(validation_alias="OPENAI_SECRET_NAME", default=None)
 
 
 class _SpendSettings(BaseModel):

@@ -214,3 +214,12 @@ FLOW_PREFIX = "FLOW#"
 def flow_pk(kind: str) -> str:
     """A kind's adaptive-concurrency partition: per-minute throttle counters and the controller's state."""
     return f"{FLOW_PREFIX}{kind}"
+
+
+# A model's alert markers (aijobs.store.model_alerts): its own partition, so the consumers' and the
+# cron's write grant can be limited to these items by a leading-key condition.
+MODEL_PREFIX = "MODEL#"
+
+
+def model_pk(model: str) -> str:
+    return f"{MODEL_PREFIX}{model}"
