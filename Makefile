@@ -128,7 +128,7 @@ clean:
 ## resource names. sam-env: the deployed stage aijobs-$(STAGE) (credentials from AWS_PROFILE /
 ## AWS_REGION); sam-env-local: the running `make dev` stack (ENDPOINT_HOST=127.0.0.1 with
 ## `sam local invoke --docker-network host` on Linux). Both synthesize first: names follow the template.
-.PHONY: sam-cli sam-env sam-env-local sam-validate
+.PHONY: sam-cli sam-env sam-env-local sam-validate events
 SAM_VENV := .venv-sam
 SAM_VERSION := 1.170.0
 SAM_ENV_FILE := .aijobs/sam-env.json
@@ -140,6 +140,11 @@ sam-env: synth
 sam-env-local: synth
 	$(BIN)/python -m aijobs_cli.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
 	  --info-file .aijobs/local.json --out $(SAM_ENV_FILE) $(if $(ENDPOINT_HOST),--endpoint-host $(ENDPOINT_HOST))
+
+## The sample events alone (sam-env and sam-env-local write them too, with the stage's real queue
+## names): an SQS batch per job kind and the input of each cron of .env.$(STAGE), plus events/.
+events: bootstrap
+	$(BIN)/aijobs events --stage $(STAGE) --out .aijobs/events
 
 ## `sam validate --lint` on the dev and prod templates (CI runs it in `make test`). Only CDK's own
 ## redundant-DependsOn warning (W3005) is filtered: scripts/sam_validate.py. The SAM CLI lives in

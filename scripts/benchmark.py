@@ -84,12 +84,11 @@ FLOORS = {
 
 
 def stage_values() -> dict[str, str]:
-    """The benchmark stage's `.env` values: one kind, every registered cron, no back-off waits."""
-    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
-
+    """The benchmark stage's `.env` values: one kind (a plain single-call job: `aijobs cost` prices
+    every kind like it), no back-off waits. No CRONS: each registered cron is dispatched directly,
+    so the stage (and the profile's header) stays the same when a team registers one more."""
     return {
         "QUEUE_NAMES": "summary",
-        "CRONS": ";".join(SCHEDULED_HANDLERS),
         "KIND_PRICES": "summary:1",
         "MAX_RETRIES": "3",
         "SHARD_COUNT": "1",
@@ -276,6 +275,13 @@ PROFILE_PATHS = {
     "dlq.dead_letter": "the DLQ consumer per dead-lettered job: row finalized, entry recorded, alert sent",
 }
 CRON_DESCRIPTION = "one run of the cron registered as {!r} on a stage with one shard and nothing due"
+DISPATCHER_DESCRIPTION = (
+    "one run of the cron dispatcher around a handler that makes no AWS call (the run claimed and "
+    "finished, the incident checked): how `aijobs cost` prices a cron the profile has not measured"
+)
+# The expression and firing the dispatcher's own run is measured under: a firing no registered cron
+# is dispatched at (that run would be a duplicate).
+DISPATCHER_RUN = {"cron": "0 3 * * *", "scheduledTime": "2026-11-29T10:00:00Z"}
 
 
 def _meter(stage: Any) -> Any:
@@ -328,7 +334,7 @@ def measure_profile() -> Any:
 
     from aijobs import runtime
     from aijobs.scheduled.registry import SCHEDULED_HANDLERS
-    from aijobs_cli.call_profile import CallProfile, PathProfile, item_size
+    from aijobs_cli.call_profile import CRON_DISPATCHER, CallProfile, PathProfile, item_size
     from tests.aws_calls import recording_calls
 
     paths: dict[str, PathProfile] = {}
@@ -407,7 +413,9 @@ def measure_profile() -> Any:
             row = stage.store_for("alice")._table.get_item(Key=_job_key("alice", dead))["Item"]
         job_row_bytes = item_size(_low_level(row))
     paths |= _cron_paths(SCHEDULED_HANDLERS)
-    missing = (set(PROFILE_PATHS) | {f"cron {e}" for e in SCHEDULED_HANDLERS}) - set(paths)
+    missing = (set(PROFILE_PATHS) | {f"cron {e}" for e in SCHEDULED_HANDLERS} | {CRON_DISPATCHER}) - set(
+        paths
+    )
     assert not missing, f"paths not measured: {sorted(missing)}"
     return CallProfile(
         about=(
@@ -426,7 +434,7 @@ def _cron_paths(handlers: Any) -> dict[str, Any]:
     from aijobs.scheduled.dispatcher import dispatch
     from aijobs.settings import CronSettings
     from aijobs.store.retention import write_retention
-    from aijobs_cli.call_profile import PathProfile
+    from aijobs_cli.call_profile import CRON_DISPATCHER, PathProfile
     from tests.aws_calls import recording_calls
 
     paths = {}
@@ -451,6 +459,13 @@ def _cron_paths(handlers: Any) -> dict[str, Any]:
             paths[f"cron {expression}"] = PathProfile(
                 description=CRON_DESCRIPTION.format(expression), calls=tuple(log.measured)
             )
+        with recording_calls(_meter(stage)) as log:
+            ctx = runtime.build_cron_context(
+                CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock
+            )
+            outcome = dispatch(dict(DISPATCHER_RUN), ctx, {DISPATCHER_RUN["cron"]: lambda _run, _ctx: {}})
+        assert outcome.get("status") == "ok", f"the dispatcher's own run failed on moto: {outcome}"
+        paths[CRON_DISPATCHER] = PathProfile(description=DISPATCHER_DESCRIPTION, calls=tuple(log.measured))
     return paths
 
 

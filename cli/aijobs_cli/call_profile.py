@@ -53,6 +53,11 @@ CHUNK_BYTES = 64 * 1024
 #: Sort-key templates of job rows (their size grows with an inline input and result).
 JOB_ITEM_SORTS = ("JOB#{}", "CHILD#{}")
 
+#: One run of the cron dispatcher around a handler that makes no AWS call (its run claimed and
+#: finished, the incident checked): what a cron costs at the least, and what the cost estimate
+#: prices a registered cron with until the profile measures it.
+CRON_DISPATCHER = "cron.dispatcher"
+
 # --- DynamoDB item sizes and units ----------------------------------------------------------------
 
 
@@ -276,6 +281,21 @@ class CallProfile(_Frozen):
     def cron(self, expression: str) -> PathProfile:
         """One run of the cron handler registered under `expression` (nothing due)."""
         return self.path(f"cron {expression}")
+
+    def has_cron(self, expression: str) -> bool:
+        return f"cron {expression}" in self.paths
+
+    def cron_or_estimate(self, expression: str) -> tuple[PathProfile, bool]:
+        """The measured run of `expression`, or (a cron the profile has not measured, e.g. one a
+        team added since it was written) the dispatcher's own run, and whether it is that estimate."""
+        if self.has_cron(expression):
+            return self.cron(expression), False
+        return self.path(CRON_DISPATCHER), True
+
+    @property
+    def measured_kinds(self) -> tuple[str, ...]:
+        """The job kinds whose jobs the consumer paths were measured on (the profile's stage)."""
+        return tuple(kind.strip() for kind in self.stage.get("QUEUE_NAMES", "").split(";") if kind.strip())
 
     @classmethod
     def from_json(cls, path: str | Path) -> Self:

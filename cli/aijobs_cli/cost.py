@@ -21,7 +21,11 @@ How the AWS side is modelled (this project's code paths, not a generic SQS app):
 - Cron runs per hour come from the stage's `CRONS` (how often each 5-field expression fires, on
   average over four years of days), each run costs its handler's measured calls: the meta-table
   calls once per run, the shard-table calls once per shard, the calls on a `KIND#` index partition
-  once per shard and job kind.
+  once per shard and job kind. A cron the profile has not measured (one a team added) is priced as
+  the dispatcher's own run, its handler's calls left out, and listed as estimated.
+- The consumer paths were measured on one plain single-call job (the profile's kind, `summary`):
+  every other kind is priced like it and listed as estimated (a workflow's child jobs are jobs of
+  their own, to count in `jobs_per_month`).
 - "Provider still running" re-checks re-send a delayed message (`provider_rechecks_per_job`,
   default 0); each re-check is one more delivery to the consumer.
 - Every main queue and every DLQ has a Lambda event-source mapping, so all `2 x queues` queues are
@@ -46,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from aijobs.cron import parse_cron
 from aijobs.pricing import ModelPriceTable, default_table
 from aijobs.stage_config import StageConfig
-from aijobs_cli.call_profile import CallProfile, PathProfile, default_profile
+from aijobs_cli.call_profile import REGENERATE, CallProfile, PathProfile, default_profile
 
 #: SQS bills each 64 KB chunk of a request's payload as one request; Cloudflare Queues bills each
 #: 64 KB written, read or deleted as one operation.
@@ -79,6 +83,8 @@ ASSUMPTIONS: tuple[str, ...] = (
     "are the measured call profile's (aijobs_cli/call_profile.json: a transactional write is 2 WRU per item "
     "per started KB, every index entry written 1 WRU per KB); submits are on warm containers (API key "
     "cached).",
+    "Every kind's deliveries cost what the profile's measured kind's do (one plain single-call job); a cron "
+    "the profile has not measured costs a dispatcher run with nothing to do. Both are listed as estimated.",
     "Provider re-checks cost one SendMessage each; their deliveries' DynamoDB work is not counted. "
     "CloudWatch logs/metrics, X-Ray and data transfer are not counted.",
     "Per 1M jobs: the total divided by the jobs (fixed costs -- empty polls, crons -- spread over them); "
@@ -189,6 +195,8 @@ class Workload(BaseModel):
     esm_pollers: int = Field(default=5, ge=0)
     #: Job kinds; each has a main queue and a DLQ, both with an event-source mapping.
     queues: int = Field(default=5, ge=1)
+    #: Their names, when known (the stage's QUEUE_NAMES): to say which ones the profile measured.
+    kinds: tuple[str, ...] = ()
     hours_per_month: float = Field(default=730.0, gt=0)
     #: Size of a job row (inline input and result included); None: as measured (a few sentences).
     #: Every job-row read and write, and its index entries, are re-priced at this size.
@@ -239,6 +247,8 @@ class Workload(BaseModel):
             )
         if any(runs < 0 for runs in self.cron_runs.values()):
             raise ValueError("cron_runs values must not be negative")
+        if self.kinds and len(self.kinds) != self.queues:
+            raise ValueError(f"kinds names {len(self.kinds)} kinds but queues is {self.queues}")
         return self
 
     @property
@@ -333,6 +343,29 @@ class Estimate(BaseModel):
     model_rates: list[ModelRate] = Field(default_factory=list)
     #: Calls in the profile of services this estimate has no price for: `service:Operation` -> per month.
     unpriced_calls: dict[str, int] = Field(default_factory=dict)
+    #: The kinds the profile's consumer paths were measured on, and the workload's kinds priced like
+    #: them without being measured.
+    measured_kinds: list[str] = Field(default_factory=list)
+    estimated_kinds: list[str] = Field(default_factory=list)
+    #: The workload's crons the profile has not measured: priced as the dispatcher's own run.
+    estimated_crons: list[str] = Field(default_factory=list)
+
+    def estimated_notes(self) -> list[str]:
+        """What was estimated rather than measured, one sentence each (empty: all measured)."""
+        notes = []
+        if self.estimated_kinds:
+            measured = ", ".join(self.measured_kinds) or "the profile's kind"
+            notes.append(
+                f"kinds {', '.join(self.estimated_kinds)}: priced as the plain single-call job the profile "
+                f"measured ({measured}); a workflow's child jobs count as jobs of their own (--jobs)"
+            )
+        if self.estimated_crons:
+            crons = ", ".join(repr(cron) for cron in self.estimated_crons)
+            notes.append(
+                f"crons {crons}: priced as a dispatcher run whose handler makes no AWS call (its own calls "
+                f"are not counted; measure them: {REGENERATE})"
+            )
+        return notes
 
     @property
     def aws_total_usd(self) -> float:
@@ -460,6 +493,7 @@ def stage_workload(config: StageConfig) -> dict[str, Any]:
         "cron_runs": {cron.text: cron_runs_per_hour(cron.text) for cron in config.crons},
         "shard_count": config.shard_count,
         "queues": max(1, len(config.queue_names)),
+        "kinds": config.queue_names,
         "max_retries": config.max_retries,
         "batch_size": config.batch_size,
         "batch_window_seconds": config.batch_window_seconds,
@@ -546,11 +580,16 @@ def estimate(
     ]
     hours = w.hours_per_month
     cron_runs_total = 0
+    estimated_crons = []
     for expression, per_hour in w.cron_runs.items():
         fired = round(per_hour * hours)
         cron_runs_total += fired
-        for part, repeats, why in _cron_share(profile.cron(expression), w):
-            runs.append((f"cron {expression} ({why})", part, fired * repeats, True))
+        path, estimated = profile.cron_or_estimate(expression)
+        note = "estimated: the dispatcher's own calls, " if estimated else ""
+        if estimated:
+            estimated_crons.append(expression)
+        for part, repeats, why in _cron_share(path, w):
+            runs.append((f"cron {expression} ({note}{why})", part, fired * repeats, True))
 
     def tally(
         service: str, operation: str | None = None, role: str | None = None
@@ -744,6 +783,7 @@ def estimate(
             add(service, item, quantity, unit, unit_price, basis, how)
 
     operations = cloudflare_operations(w)
+    measured_kinds = list(profile.measured_kinds)
     return Estimate(
         workload=w,
         prices=prices,
@@ -752,6 +792,9 @@ def estimate(
         cloudflare_usd=operations / MILLION * prices.cloudflare_queues_per_million_operations,
         model_rates=model_rates(w, model_prices),
         unpriced_calls=unpriced,
+        measured_kinds=measured_kinds,
+        estimated_kinds=[kind for kind in w.kinds if kind not in measured_kinds],
+        estimated_crons=estimated_crons,
     )
 
 
@@ -894,6 +937,9 @@ def render_text(estimate: Estimate) -> str:
     if estimate.unpriced_calls:
         calls = ", ".join(f"{name} x {count:,}" for name, count in estimate.unpriced_calls.items())
         out.append(f"Not priced (calls of the profile with no price in the table): {calls}")
+    if notes := estimate.estimated_notes():
+        out.append("Estimated, not measured (the call profile has not run them):")
+        out.extend(f"  - {note}" for note in notes)
     out.append("")
     out.append(
         f"Cloudflare Queues (article's count): {estimate.cloudflare_operations:,} operations x "
@@ -918,6 +964,12 @@ def to_dict(estimate: Estimate) -> dict[str, Any]:
         "aws_variable_per_million_jobs_usd": estimate.variable_per_million_jobs_usd,
         "model_per_million_jobs": [rate.model_dump(mode="json") for rate in estimate.model_rates],
         "unpriced_calls": estimate.unpriced_calls,
+        "measured_kinds": estimate.measured_kinds,
+        "estimated": {
+            "kinds": estimate.estimated_kinds,
+            "crons": estimate.estimated_crons,
+            "notes": estimate.estimated_notes(),
+        },
         "cloudflare_operations": estimate.cloudflare_operations,
         "cloudflare_usd": estimate.cloudflare_usd,
         "assumptions": list(ASSUMPTIONS),

@@ -1456,6 +1456,27 @@ def sam_env(
     out.print(escape(env_file.usage(written)))
 
 
+@app.command()
+def events(
+    stage: Annotated[str, typer.Option(help="write the events of .env.<stage>'s kinds and crons")] = "dev",
+    out_dir: Annotated[Path, typer.Option("--out", help="folder to write them to")] = Path(".aijobs/events"),
+) -> None:
+    """Write the sample events for `sam local invoke -e`: an SQS batch per job kind of the stage
+    (`sqs-<kind>-batch.json`, from the queue `aijobs-<stage>-<kind>`), the input of each cron's
+    schedule (`schedule-<handler>.json`), and the hand-written events of events/ (API, DLQ,
+    webhooks). `aijobs sam-env` writes the same, naming a deployed stage's real queues."""
+    from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.sample_events import stage_events, write_events
+
+    try:
+        written = write_events(out_dir, stage_events(load_stage_config(stage)))
+    except (ConfigError, ValueError) as error:
+        raise _fail(str(error)) from None
+    out.print(escape(f"wrote {len(written)} sample events to {out_dir}"))
+    for path in written:
+        out.print(escape(f"  {path.name}"))
+
+
 # --- demo ----------------------------------------------------------------------------------------
 
 DEMO_MIX: list[tuple[str, str, str]] = [

@@ -391,7 +391,7 @@ class Written:
     env_file: Path
     template: Path  # the template to pass to `sam local invoke -t`
     events: dict[str, str]  # logical id -> its sample events (in events_dir)
-    events_dir: Path  # events/ with SQS source ARNs naming this stage's real queues
+    events_dir: Path  # the sample events, their SQS source ARNs naming this stage's real queues
 
 
 def local_template_path(template_path: Path) -> Path:
@@ -434,7 +434,7 @@ def generate(
         sam_template.write_text(json.dumps(declare_endpoint(template), indent=1) + "\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
-    events_dir = write_events(env, physical.region, out.parent / "events")
+    events_dir = write_events(template, env, physical.region, out.parent / "events")
     events = {
         logical_id: sample_events(resource, events_dir)
         for logical_id, resource in functions(template).items()
@@ -444,31 +444,61 @@ def generate(
     )
 
 
-# The shipped events/ name the dev stage's queues (`aijobs-dev-<kind>`, `...-dlq`).
+# The hand-written events/ name the dev stage's queues (`aijobs-dev-summary-dlq`, ...).
 EVENTS_STAGE = "dev"
-EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
+SCHEDULE_TYPE = "AWS::Scheduler::Schedule"
 
 
-def write_events(env: Mapping[str, Mapping[str, str]], region: str, out_dir: Path) -> Path:
-    """Copy events/ into `out_dir` with each SQS record's `eventSourceARN` naming the queue these
-    functions actually read (a consumer serves only the queue in its `QUEUE_URL`, the DLQ consumer
-    only those in `DEAD_LETTER_QUEUES`; production names are generated)."""
+def schedule_crons(template: Mapping[str, Any]) -> list[str]:
+    """The cron expression each of the template's schedules sends the dispatcher, in order."""
+    from aijobs.scheduled.dispatcher import PAYLOAD_CRON
+
+    crons = []
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == SCHEDULE_TYPE:
+            payload = json.loads(resource["Properties"]["Target"]["Input"])
+            crons.append(str(payload[PAYLOAD_CRON]))
+    return crons
+
+
+def _queue_arn(region: str, url: str) -> str:
+    account, name = url.rstrip("/").rsplit("/", 2)[-2:]
+    return f"arn:aws:sqs:{region}:{account}:{name}"
+
+
+def write_events(
+    template: Mapping[str, Any], env: Mapping[str, Mapping[str, str]], region: str, out_dir: Path
+) -> Path:
+    """The sample events into `out_dir`: one SQS batch per consumer from the queue it really reads
+    (a consumer serves only the queue in its `QUEUE_URL`; production names are generated), one
+    input per schedule, and the hand-written events/ with each SQS record's `eventSourceARN`
+    naming the queue these functions read (the DLQ consumer only those in `DEAD_LETTER_QUEUES`)."""
+    from aijobs_cli.sample_events import generated_events
+    from aijobs_cli.sample_events import write_events as write_all
+
     queues: dict[str, str] = {}  # readable dev name -> the env's queue URL
+    consumers: dict[str, str] = {}  # kind -> the ARN of the queue its consumer reads
     for variables in env.values():
         if "QUEUE_NAME" in variables:
-            readable = queue_resource_name(EVENTS_STAGE, variables["QUEUE_NAME"])
+            kind = variables["QUEUE_NAME"]
+            readable = queue_resource_name(EVENTS_STAGE, kind)
             queues[readable] = variables["QUEUE_URL"]
             queues[readable + DLQ_SUFFIX] = variables["DLQ_URL"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for source in sorted(EVENTS_DIR.glob("*.json")):
-        event = json.loads(source.read_text())
+            consumers[kind] = _queue_arn(region, variables["QUEUE_URL"])
+
+    def rewrite(event: dict[str, Any]) -> dict[str, Any]:
         for record in event.get("Records", []) if isinstance(event, dict) else []:
             url = queues.get(str(record.get("eventSourceARN", "")).rsplit(":", 1)[-1])
             if record.get("eventSource") == "aws:sqs" and url is not None:
-                account, name = url.rstrip("/").rsplit("/", 2)[-2:]
-                record["eventSourceARN"] = f"arn:aws:sqs:{region}:{account}:{name}"
+                record["eventSourceARN"] = _queue_arn(region, url)
                 record["awsRegion"] = region
-        (out_dir / source.name).write_text(json.dumps(event, indent=2) + "\n")
+        return event
+
+    generated = generated_events(dict(sorted(consumers.items())), schedule_crons(template))
+    try:
+        write_all(out_dir, generated, rewrite)
+    except ValueError as error:
+        raise SamEnvError(str(error)) from None
     return out_dir
 
 
@@ -493,7 +523,7 @@ def sample_events(resource: Mapping[str, Any], events_dir: Path) -> str:
         "api": "api-*.json",
         "queue_consumer": f"sqs-{kind}-batch.json",
         "dlq_consumer": "sqs-dlq-batch.json",
-        "cron_dispatcher": "schedule-cron*.json",
+        "cron_dispatcher": "schedule-*.json",
         "webhook_consumer": "sqs-webhooks-batch.json",
     }.get(role)
     return "-" if pattern is None else str(events_dir / pattern)

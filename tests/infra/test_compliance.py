@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,15 +77,35 @@ def test_stack_outputs_cover_api_queues_tables_bucket_and_alerts(dev: Synth) -> 
         assert f"DlqUrl{binding.replace('_', '')}" in outputs
 
 
+def _unregistered_kind() -> str:
+    """A valid queue name no handler is registered for (a team may register any name it likes)."""
+    from aijobs.consumer.registry import QUEUE_HANDLERS
+
+    return next(name for n in range(100) if (name := f"unregistered{n}") not in QUEUE_HANDLERS)
+
+
+def _unregistered_cron() -> str:
+    """A valid 5-field expression no scheduled handler is registered under."""
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+
+    return next(text for n in range(60) if (text := f"{n} 3 * * MON-FRI") not in SCHEDULED_HANDLERS)
+
+
+UNREGISTERED_KIND, UNREGISTERED_CRON = _unregistered_kind(), _unregistered_cron()
+
+
 @pytest.mark.parametrize(
     ("context", "message"),
     [
         ({"QUEUE_NAMES": "summary;Image_Gen"}, "'Image_Gen'"),
         (
-            {"QUEUE_NAMES": "summary;no-such-kind", "KIND_PRICES": ""},
-            r"\['no-such-kind'\] are neither declared kinds",
+            {"QUEUE_NAMES": f"summary;{UNREGISTERED_KIND}", "KIND_PRICES": ""},
+            rf"\['{UNREGISTERED_KIND}'\] are neither declared kinds",
         ),
-        ({"CRONS": "*/10 * * * *;0 3 * * MON-FRI"}, r"CRONS \['0 3 \* \* MON-FRI'\] have no handler"),
+        (
+            {"CRONS": f"*/10 * * * *;{UNREGISTERED_CRON}"},
+            rf"CRONS \['{re.escape(UNREGISTERED_CRON)}'\] have no handler",
+        ),
         ({"QUEUE_NAMES": "x" * 70, "KIND_PRICES": ""}, "too long"),
         ({"CRONS": "*/10 * * * *;0 0 1 * 1"}, "0 0 1 \\* 1"),
         ({"CRONS": "*/61 * * * *"}, "CRONS"),

@@ -29,10 +29,11 @@ from aijobs_cli import sam_env
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.resources import provision
+from aijobs_cli.sample_events import schedule_event_names, stage_events
 from tests.infra.alarm_reader import queue_id
 from tests.infra.template import Synth, target_id
 from tests.infra.test_functions import SETTINGS_BY_HANDLER
-from tests.integration.harness import EVENTS, load_event
+from tests.integration.harness import EVENTS, consumer_event, load_event
 
 pytestmark = pytest.mark.infra
 
@@ -229,7 +230,7 @@ def test_a_function_runs_its_sample_event_with_the_env_file_of_the_local_stack(
     from queue_consumer import handler
 
     assert handler.handler(event, LambdaContext(env[consumer]["QUEUE_NAME"])) == {"batchItemFailures": []}
-    assert [store.get("user-demo", job_id).status for job_id in ids] == [JobStatus.SUCCEEDED] * 3  # type: ignore[union-attr]
+    assert [store.get("user-demo", job_id).status for job_id in ids] == [JobStatus.SUCCEEDED] * len(ids)  # type: ignore[union-attr]
 
 
 # --- the sample events match what AWS sends to these functions ---------------------------------------
@@ -247,7 +248,7 @@ def test_each_consumer_event_comes_from_the_queue_its_function_is_mapped_to(dev:
         )
     for logical_id, props in dev.functions_by_handler("queue_consumer.handler.handler").items():
         kind = props["Environment"]["Variables"]["QUEUE_NAME"]
-        arns = {r["eventSourceARN"] for r in load_event(f"sqs-{kind}-batch.json")["Records"]}
+        arns = {r["eventSourceARN"] for r in consumer_event(kind)["Records"]}
         assert {arn.rsplit(":", 1)[-1] for arn in arns} == mapped[logical_id], kind
         assert all(arn.startswith(f"arn:aws:sqs:{REGION}:{ACCOUNT}:") for arn in arns)
     (dlq_consumer,) = dev.functions_by_handler("dlq_consumer.handler.handler")
@@ -267,9 +268,7 @@ def test_each_cron_event_is_the_input_its_schedule_sends(
 ) -> None:
     synth: Synth = request.getfixturevalue(fixture)
     (dispatcher,) = synth.functions_by_handler("cron_dispatcher.handler.handler")
-    cron_events = [
-        event for path in sorted(EVENTS.glob("*.json")) if "cron" in (event := json.loads(path.read_text()))
-    ]
+    cron_events = [event for event in stage_events(synth.config).values() if "cron" in event]
     schedules = [
         s["Properties"]["Target"]
         for s in synth.resources("AWS::Scheduler::Schedule").values()
@@ -301,13 +300,16 @@ def test_the_api_events_are_http_api_payload_v2_for_the_default_route(dev: Synth
 
 @pytest.mark.parametrize("fixture", ["dev", "prod"])
 def test_the_printed_sample_events_of_every_function_exist(
-    fixture: str, request: pytest.FixtureRequest
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     synth: Synth = request.getfixturevalue(fixture)
+    stack, summaries = fake_stack(synth)
+    env = sam_env.build_env_vars(synth.json, sam_env.from_stack_resources(stack, summaries))
+    written = sam_env.write_events(synth.json, env, REGION, tmp_path / "events")
     for logical_id, resource in sam_env.functions(synth.json).items():
-        pattern = sam_env.sample_events(resource, EVENTS)
-        assert pattern.startswith(f"{EVENTS}/"), logical_id
-        assert sorted(EVENTS.glob(pattern.removeprefix(f"{EVENTS}/"))), (logical_id, pattern)
+        pattern = sam_env.sample_events(resource, written)
+        assert pattern.startswith(f"{written}/"), logical_id
+        assert sorted(written.glob(pattern.removeprefix(f"{written}/"))), (logical_id, pattern)
 
 
 def test_the_written_events_name_the_queues_each_function_reads(prod: Synth, tmp_path: Path) -> None:
@@ -315,8 +317,13 @@ def test_the_written_events_name_the_queues_each_function_reads(prod: Synth, tmp
     the queue the function's environment names, or the consumer would acknowledge them unread."""
     stack, summaries = fake_stack(prod)
     env = sam_env.build_env_vars(prod.json, sam_env.from_stack_resources(stack, summaries))
-    written = sam_env.write_events(env, REGION, tmp_path / "events")
-    assert sorted(p.name for p in written.glob("*.json")) == sorted(p.name for p in EVENTS.glob("*.json"))
+    written = sam_env.write_events(prod.json, env, REGION, tmp_path / "events")
+    # The hand-written events, one batch per consumer and one input per schedule.
+    kinds = [v["QUEUE_NAME"] for v in env.values() if "QUEUE_NAME" in v]
+    assert sorted(kinds) == sorted(prod.config.queue_names)
+    expected = {p.name for p in EVENTS.glob("*.json")} | {f"sqs-{kind}-batch.json" for kind in kinds}
+    expected |= set(schedule_event_names(cron.text for cron in prod.config.crons).values())
+    assert sorted(p.name for p in written.glob("*.json")) == sorted(expected)
     for variables in env.values():
         if "QUEUE_NAME" not in variables:
             continue
@@ -337,12 +344,14 @@ def test_the_readme_invokes_functions_and_events_that_exist(dev: Synth) -> None:
     )
     assert len(invocations) >= 2
     name = dev.stack.stack_name
+    # What `make sam-env` writes for the dev stage: the hand-written events and the generated ones.
+    sample_names = {path.name for path in EVENTS.glob("*.json")} | set(stage_events(dev.config))
     for template, logical_id, event in invocations:
         assert template in (f"{name}.template.json", f"{name}.local.template.json"), template
         assert logical_id in sam_env.functions(dev.json), (
             f"README names {logical_id}: synthesize and update it"
         )
-        assert (EVENTS / event).is_file(), event
+        assert event in sample_names, event
     named = set(re.findall(r"`((?:api|sqs|schedule)-[a-z0-9-]+\.json)`", section))
-    assert named <= {path.name for path in EVENTS.glob("*.json")}
+    assert named <= sample_names
     assert {path.name for path in EVENTS.glob("api-*.json")} <= named, "the README lists every API event"

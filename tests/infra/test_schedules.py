@@ -24,7 +24,10 @@ def _schedules(synth: Synth) -> dict[str, dict[str, Any]]:
 
 def test_the_shipped_cron_becomes_an_aws_cron_with_its_exact_text_in_the_payload(dev: Synth) -> None:
     schedules = _schedules(dev)
-    assert set(schedules) == {"*/10 * * * *", "*/5 * * * *", "* * * * *", "0 6 * * 1"}
+    # One schedule per configured cron, each in its AWS form.
+    assert set(schedules) == {cron.text for cron in dev.config.crons}
+    for cron in dev.config.crons:
+        assert schedules[cron.text]["ScheduleExpression"] == cron.to_aws(), cron.text
     props = schedules["*/10 * * * *"]
     assert props["ScheduleExpression"] == "cron(0/10 * * * ? *)"
     assert props["ScheduleExpressionTimezone"] == "Etc/UTC"

@@ -31,7 +31,7 @@ from aijobs_cli.esm import LambdaContext
 from aijobs_cli.resources import provision
 from tests.aws_calls import Access, CallLog, recording_calls
 from tests.infra.template import Synth, role_statements, target_id
-from tests.integration.harness import Clock, Stage, load_event
+from tests.integration.harness import Clock, Stage, schedule_event
 from tests.integration.test_producer_calls import recorded_producer
 
 READ = {"dynamodb:GetItem", "dynamodb:Query"}
@@ -240,7 +240,7 @@ def test_every_table_call_of_the_cron_dispatcher_is_granted(
         runtime.cron_context().clock = stage.clock
         from cron_dispatcher import handler
 
-        event = load_event("schedule-cron.json")
+        event = schedule_event("*/10 * * * *")
         # No retention configured yet: the run fails and opens an incident...
         assert handler.handler(event, LambdaContext("cron"))["status"] == "failed"
         write_retention(meta, credit_tx_retention_days=1, ai_task_retention_days=1)
@@ -248,7 +248,7 @@ def test_every_table_call_of_the_cron_dispatcher_is_granted(
         # ...which the next run, with credits to expire and a finished job to delete, closes.
         later = {**event, "scheduledTime": "2026-12-02T09:10:00Z", "executionId": "second-run"}
         assert handler.handler(later, LambdaContext("cron"))["status"] == "ok"
-        sweep = load_event("schedule-cron-sweeper.json")
+        sweep = schedule_event("*/5 * * * *")
         assert handler.handler(sweep, LambdaContext("cron"))["status"] == "ok"
     used = _assert_allowed(dev, "cron_dispatcher.handler.handler", stage, log)
     assert {"dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:UpdateItem"} <= used

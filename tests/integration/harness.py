@@ -42,8 +42,23 @@ EVENTS = Path(__file__).resolve().parents[2] / "events"
 
 
 def load_event(name: str) -> dict[str, Any]:
+    """A hand-written sample event of events/ (API, DLQ, webhooks)."""
     event: dict[str, Any] = json.loads((EVENTS / name).read_text())
     return event
+
+
+def consumer_event(kind: str, stage: str = "dev") -> dict[str, Any]:
+    """The generated sample SQS batch of `kind`'s queue on `stage` (`sqs-<kind>-batch.json`)."""
+    from aijobs_cli import sample_events
+
+    return sample_events.consumer_event(kind, sample_events.queue_arn(stage, kind))
+
+
+def schedule_event(expression: str) -> dict[str, Any]:
+    """The generated input the schedule of cron `expression` sends the dispatcher."""
+    from aijobs_cli import sample_events
+
+    return sample_events.schedule_event(expression)
 
 
 class Clock:

@@ -13,7 +13,7 @@ from aijobs.domain import JobStatus
 from aijobs.errors import ProviderAuthError
 from aijobs.kinds.registry import require
 from aijobs_cli.esm import LambdaContext, sqs_record
-from tests.integration.harness import Stage, load_event
+from tests.integration.harness import Stage, consumer_event
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def test_emulated_records_have_the_shape_of_the_sample_event(stage: Stage) -> No
     job = stage.submit("alice", "summary", TEXT)
     (message,) = stage.receive(stage.resources.queue_urls["summary"])
     record = sqs_record(message, stage.resources.queue_arns["summary"])
-    sample = load_event("sqs-summary-batch.json")["Records"][0]
+    sample = consumer_event("summary")["Records"][0]
     assert set(record) == set(sample)
     assert set(record["attributes"]) == set(sample["attributes"])
     assert json.loads(record["body"]) == {"jobId": job.job_id, "userId": "alice", "kind": "summary"}
@@ -271,7 +271,7 @@ def test_while_awaiting_its_provider_a_job_stays_running_with_a_recheck_message(
 
 
 def test_records_from_an_unknown_queue_are_acknowledged(stage: Stage) -> None:
-    event = load_event("sqs-summary-batch.json")
+    event = consumer_event("summary")
     for record in event["Records"]:
         record["eventSourceARN"] = "arn:aws:sqs:us-east-1:123456789012:aijobs-dev-unknown-kind"
     response = stage.consumer("summary").handle(event, LambdaContext("fn"))

@@ -19,7 +19,7 @@ from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs.store.retention import RetentionConfigError, write_retention
 from aijobs_cli.esm import LambdaContext
-from tests.integration.harness import Stage, load_event
+from tests.integration.harness import Stage, schedule_event
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_entry_point_runs_the_registered_job_for_the_sample_schedule_event(
     write_retention(_meta(stage), credit_tx_retention_days=90, ai_task_retention_days=30)
     from cron_dispatcher import handler
 
-    result = handler.handler(load_event("schedule-cron.json"), LambdaContext("aijobs-dev-cron"))
+    result = handler.handler(schedule_event("*/10 * * * *"), LambdaContext("aijobs-dev-cron"))
     assert (result["cron"], result["status"]) == ("*/10 * * * *", "ok")
     assert result["result"]["shards"]["0"] == {
         "creditsExpired": 0,

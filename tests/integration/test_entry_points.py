@@ -1,4 +1,5 @@
-"""Each Lambda entry point fed its sample event from events/, plus logs and metrics per job."""
+"""Each Lambda entry point fed its sample event (events/, or generated per kind and cron), plus logs
+and metrics per job."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from aijobs.domain import Job, JobStatus
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.esm import LambdaContext
-from tests.integration.harness import Stage, load_event
+from tests.integration.harness import Stage, consumer_event, load_event, schedule_event
 
 pytestmark = pytest.mark.integration
 
@@ -55,18 +56,19 @@ def test_queue_consumer_entry_point_runs_the_sample_batch(
     _env(monkeypatch, stage.resources.consumer_env("summary"))
     from queue_consumer import handler
 
-    sample = load_event("sqs-summary-batch.json")
+    sample = consumer_event("summary")
     jobs = _rows_for_sample(stage, sample)
+    assert len(jobs) > 1
     assert handler.handler(sample, LambdaContext("aijobs-dev-consumer-summary")) == {"batchItemFailures": []}
-    assert [stage.job(job).status for job in jobs] == [JobStatus.SUCCEEDED] * 3
+    assert [stage.job(job).status for job in jobs] == [JobStatus.SUCCEEDED] * len(jobs)
 
 
 def test_sample_events_match_the_shipped_configuration() -> None:
     config = load_stage_config("dev")
-    schedule = load_event("schedule-cron.json")
-    assert schedule["cron"] in {cron.text for cron in config.crons}
-    for name in ("sqs-summary-batch.json", "sqs-dlq-batch.json"):
-        for record in load_event(name)["Records"]:
+    for cron in config.crons:
+        assert schedule_event(cron.text)["cron"] == cron.text
+    for sample in (consumer_event("summary"), load_event("sqs-dlq-batch.json")):
+        for record in sample["Records"]:
             assert record["eventSourceARN"].split(":")[-1].startswith("aijobs-dev-summary")
             assert set(json.loads(record["body"])) == {"jobId", "userId", "kind"}
     for name in ("api-post-jobs.json", "api-get-job.json", "api-list-jobs.json", "api-post-classify.json"):
@@ -128,7 +130,12 @@ EVENT_HANDLERS = {
     "api-get-openapi.json": "api",
     "sqs-summary-batch.json": "queue_consumer",
     "sqs-dlq-batch.json": "dlq_consumer",
-    "schedule-cron.json": "cron_dispatcher",
+    "schedule-maintenance.json": "cron_dispatcher",
+}
+# The ones generated from the stage's kinds and crons (aijobs_cli.sample_events), not in events/.
+GENERATED = {
+    "sqs-summary-batch.json": lambda: consumer_event("summary"),
+    "schedule-maintenance.json": lambda: schedule_event("*/10 * * * *"),
 }
 
 
@@ -138,9 +145,9 @@ def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch
     from aijobs.store.retention import write_retention
     from tests.integration.harness import EVENTS
 
-    # One event per entry point here; test_events.py runs every file of events/ (and derives
-    # which ones must exist from the stage configuration and the API's routes).
-    assert set(EVENT_HANDLERS) <= {path.name for path in EVENTS.glob("*.json")}
+    # One event per entry point here; test_events.py runs every one, hand-written or generated (and
+    # derives which ones must exist from the stage configuration and the API's routes).
+    assert set(EVENT_HANDLERS) - set(GENERATED) <= {path.name for path in EVENTS.glob("*.json")}
     resources = stage.resources
     env = {
         **resources.api_env(),
@@ -155,7 +162,7 @@ def test_every_event_file_runs_through_its_entry_point(stage: Stage, monkeypatch
     stage.store_for("user-demo").ledger.grant("user-demo", 50, stage.clock() + timedelta(days=1))
     runtime.api_service().clock = stage.clock
     for name, role in EVENT_HANDLERS.items():
-        event = load_event(name)
+        event = GENERATED[name]() if name in GENERATED else load_event(name)
         if role == "api":
             event["headers"]["authorization"] = f"Bearer {key}"
         if role == "queue_consumer":

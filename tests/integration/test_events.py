@@ -1,8 +1,11 @@
-"""Every function has a sample event in events/ (`sam local invoke -e`), and each one runs.
+"""Every function has a sample event (`sam local invoke -e`), and each one runs.
 
 What needs an event is derived, not listed: the queue kinds and crons of every shipped stage
-(`.env.<stage>`), and the API routes from the OpenAPI document the API serves. Each event is fed
-to its entry point against moto, as `sam local invoke` would run it, and must do its work.
+(`.env.<stage>`), whose events are generated (aijobs_cli.sample_events: a kind or cron a team adds
+gets its own without anyone writing it), and the API routes from the OpenAPI document the API
+serves, whose events are written by hand in events/ with the DLQ's and the webhook queue's. Each
+event is fed to its entry point against moto, as `sam local invoke` would run it, and must do its
+work.
 """
 
 from __future__ import annotations
@@ -24,7 +27,13 @@ from aijobs import runtime
 from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
 from aijobs.providers.local import encode_png
-from aijobs.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, StageConfig, queue_name_from_resource
+from aijobs.stage_config import (
+    DLQ_SUFFIX,
+    WEBHOOK_QUEUE,
+    StageConfig,
+    queue_name_from_resource,
+    queue_resource_name,
+)
 from aijobs.store.retention import write_retention
 from aijobs.webhooks.secrets import WebhookSecrets
 from aijobs.webhooks.transport import Poster
@@ -34,13 +43,14 @@ from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.local_stack import LocalControl
 from aijobs_cli.resources import provision
+from aijobs_cli.sample_events import SAMPLE_USER, consumer_event_name, schedule_event_names, stage_events
 from tests.integration.harness import EVENTS, Clock, Stage, load_event
 from tests.unit.openai_server import ScriptedServer
 
 pytestmark = pytest.mark.integration
 
-EVENT_NAMES = sorted(path.name for path in EVENTS.glob("*.json"))
-DEMO_USER = "user-demo"
+EVENT_NAMES = sorted(path.name for path in EVENTS.glob("*.json"))  # the hand-written ones
+DEMO_USER = SAMPLE_USER
 OPERATOR_USER = "operator-demo"
 # The pipeline runs on the local provider here (no network); the adapters have their own tests.
 LOCAL_PROVIDERS = {
@@ -54,9 +64,10 @@ REPORT_TEXT = " ".join(
     f"Section {n} explains how queues decouple accepting work from doing it, and why retries need a cap."
     for n in range(1, 40)
 )
-# A valid job input per kind, as a client would submit it (image-caption's image is uploaded).
+# A valid job input per shipped kind whose input is not plain text, as a client would submit it
+# (image-caption's image is uploaded). Any other kind, such as one a team adds, gets TEXT_INPUT.
+TEXT_INPUT = "Queues decouple accepting work from doing it. The consumer loads the row and runs it."
 KIND_INPUTS: dict[str, Any] = {
-    "summary": "Queues decouple accepting work from doing it. The consumer loads the row and runs it.",
     "embedding": "vector me",
     "image-generate": "a blue lake at dawn",
     "tts-generate": "hello there",
@@ -67,11 +78,38 @@ KIND_INPUTS: dict[str, Any] = {
 }
 
 
+def _declared_example(kind: str) -> Any:
+    """The example input a kind declares (aijobs/kinds/), else a plain text."""
+    from aijobs.kinds.registry import kind as declaration
+
+    found = declaration(kind)
+    return found.example if found is not None and found.example is not None else TEXT_INPUT
+
+
 @cache
 def shipped_stages() -> dict[str, StageConfig]:
     """Every stage the repository ships a configuration for (`.env.dev`, `.env.prod`, ...)."""
     names = sorted(path.name.removeprefix(".env.") for path in REPO_ROOT.glob(".env.*"))
     return {name: load_stage_config(name) for name in names}
+
+
+def _first_stage_with(values: Callable[[StageConfig], tuple[str, ...]]) -> dict[str, str]:
+    """Each value (kind, cron) of any shipped stage -> the first stage that has it, dev first."""
+    found: dict[str, str] = {}
+    for name in sorted(shipped_stages(), key=lambda stage: (stage != "dev", stage)):
+        for value in values(shipped_stages()[name]):
+            found.setdefault(value, name)
+    return dict(sorted(found.items()))
+
+
+def kind_stages() -> dict[str, str]:
+    """Every job kind of every shipped stage -> a stage that configures it."""
+    return _first_stage_with(lambda config: config.queue_names)
+
+
+def cron_stages() -> dict[str, str]:
+    """Every cron expression of every shipped stage -> a stage that schedules it."""
+    return _first_stage_with(lambda config: tuple(cron.text for cron in config.crons))
 
 
 def sqs_queue(event: dict[str, Any]) -> tuple[str, str] | None:
@@ -84,19 +122,6 @@ def sqs_queue(event: dict[str, Any]) -> tuple[str, str] | None:
     stage = next((s for s in shipped_stages() if queue_name_from_resource(s, resource)), None)
     assert stage is not None, f"{arn} names no queue of a shipped stage"
     return stage, resource
-
-
-def consumer_events() -> dict[str, tuple[str, str]]:
-    """Event file -> (stage, kind) of the job queue it comes from (DLQ and webhook events excluded)."""
-    found = {}
-    for name in EVENT_NAMES:
-        queue = sqs_queue(load_event(name))
-        if queue is not None and not queue[1].endswith(DLQ_SUFFIX):
-            stage, resource = queue
-            kind = str(queue_name_from_resource(stage, resource))
-            if kind != WEBHOOK_QUEUE:
-                found[name] = (stage, kind)
-    return found
 
 
 def webhook_events() -> list[str]:
@@ -117,31 +142,35 @@ def dlq_events() -> list[str]:
     ]
 
 
-def cron_events() -> list[str]:
-    return [name for name in EVENT_NAMES if "cron" in load_event(name)]
-
-
 def api_events() -> list[str]:
     return [name for name in EVENT_NAMES if load_event(name).get("version") == "2.0"]
 
 
-def test_every_event_file_is_for_one_of_the_functions() -> None:
-    functions = (consumer_events(), dlq_events(), cron_events(), api_events(), webhook_events())
-    claimed = set().union(*functions)
+def test_every_hand_written_event_is_for_the_api_the_dlq_or_the_webhook_consumer() -> None:
+    # A job queue's or a schedule's event committed to events/ would be one more file to edit per
+    # kind or cron: those are generated (and `aijobs events` refuses to shadow a hand-written one).
+    claimed = set(dlq_events()) | set(api_events()) | set(webhook_events())
     assert set(EVENT_NAMES) - claimed == set()
 
 
-def test_every_queue_kind_of_every_shipped_stage_has_an_event_named_after_it() -> None:
-    events = consumer_events()
+def test_every_queue_kind_and_cron_of_every_shipped_stage_gets_a_generated_event() -> None:
     for stage, config in shipped_stages().items():
+        events = stage_events(config)
         for kind in config.queue_names:
-            name = f"sqs-{kind}-batch.json"  # sam-env copies it to .aijobs/events (README)
-            assert name in events, f"{stage}: no sample event for the {kind} consumer ({name})"
-            event_stage, event_kind = events[name]
-            assert event_kind == kind, name
-            # The ARN names that kind's queue on a stage that has it (the consumer acknowledges
-            # records of any other queue without running them).
-            assert kind in shipped_stages()[event_stage].queue_names, name
+            event = events[consumer_event_name(kind)]  # sam-env writes it to .aijobs/events (README)
+            # From that kind's queue on this stage (the consumer acknowledges records of any other
+            # queue without running them), carrying references to distinct jobs of that kind.
+            assert sqs_queue(event) == (stage, queue_resource_name(stage, kind)), kind
+            bodies = [json.loads(record["body"]) for record in event["Records"]]
+            assert len(bodies) > 1, "a batch: each record is acknowledged on its own"
+            assert {body["kind"] for body in bodies} == {kind}
+            assert len({body["jobId"] for body in bodies}) == len(bodies)
+        names = schedule_event_names(cron.text for cron in config.crons)
+        assert len(set(names.values())) == len(config.crons), names
+        for cron in config.crons:
+            assert events[names[cron.text]]["cron"] == cron.text
+        assert len(events) == len(config.queue_names) + len(config.crons), sorted(events)
+    assert stage_events(shipped_stages()["dev"]) == stage_events(load_stage_config("dev"))  # deterministic
 
 
 def test_the_dead_letter_consumer_has_an_event() -> None:
@@ -150,12 +179,6 @@ def test_the_dead_letter_consumer_has_an_event() -> None:
 
 def test_the_webhook_consumer_has_an_event() -> None:
     assert webhook_events(), "no sample event from the webhook queue (sqs-webhooks-batch.json)"
-
-
-def test_every_cron_of_every_shipped_stage_has_an_event() -> None:
-    crons = {cron.text for config in shipped_stages().values() for cron in config.crons}
-    assert crons
-    assert crons <= {load_event(name)["cron"] for name in cron_events()}
 
 
 # --- each event through its entry point ------------------------------------------------------------
@@ -186,8 +209,7 @@ def _seed(stage: Stage, job_id: str, kind: str, status: JobStatus = JobStatus.QU
         boto3.client("s3").put_object(Bucket=stage.resources.bucket, Key=key, Body=png)
         fields["input_ref"] = key
     else:
-        assert kind in KIND_INPUTS, f"add a sample job input for kind {kind!r} to KIND_INPUTS"
-        fields["input"] = KIND_INPUTS[kind]
+        fields["input"] = KIND_INPUTS.get(kind, _declared_example(kind))
     now = stage.clock()
     job = Job(
         job_id=job_id,
@@ -207,10 +229,11 @@ def _handler(role: str) -> Any:
     return importlib.import_module(f"{role}.handler").handler
 
 
-@pytest.mark.parametrize("name", sorted(consumer_events()))
-def test_each_consumer_event_runs_its_jobs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    stage_name, kind = consumer_events()[name]
-    event = load_event(name)
+@pytest.mark.parametrize(("kind", "stage_name"), kind_stages().items())
+def test_each_consumer_event_runs_its_jobs(
+    kind: str, stage_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    event = stage_events(shipped_stages()[stage_name])[consumer_event_name(kind)]
     with provisioned(stage_name) as stage:
         jobs = [_seed(stage, json.loads(r["body"])["jobId"], kind) for r in event["Records"]]
         _use_env(monkeypatch, stage.resources.consumer_env(kind))
@@ -275,14 +298,17 @@ def test_each_webhook_event_delivers_its_signed_callback(name: str, monkeypatch:
         assert secret not in json.dumps([r.headers for r in receiver.requests])
 
 
-@pytest.mark.parametrize("name", cron_events())
-def test_each_cron_event_runs_its_scheduled_job(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    event = load_event(name)
-    with provisioned("dev") as stage:
+@pytest.mark.parametrize(("cron", "stage_name"), cron_stages().items())
+def test_each_cron_event_runs_its_scheduled_job(
+    cron: str, stage_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = shipped_stages()[stage_name]
+    event = stage_events(config)[schedule_event_names(c.text for c in config.crons)[cron]]
+    with provisioned(stage_name) as stage:
         meta = boto3.resource("dynamodb").Table(stage.resources.meta_table)
         write_retention(meta, credit_tx_retention_days=9, ai_task_retention_days=9)
         _use_env(monkeypatch, stage.resources.cron_env())
-        response = _handler("cron_dispatcher")(event, LambdaContext("aijobs-dev-cron"))
+        response = _handler("cron_dispatcher")(event, LambdaContext(f"aijobs-{stage_name}-cron"))
     assert (response["cron"], response["status"]) == (event["cron"], "ok")
     assert isinstance(response["result"], dict)
 

@@ -10,7 +10,17 @@ import pytest
 from pydantic import ValidationError
 
 from aijobs.stage_config import parse_stage_config
-from aijobs_cli.call_profile import Call, CallProfile, IndexWrite, ItemAccess, PathProfile
+from aijobs_cdk import REPO_ROOT
+from aijobs_cdk.stage import load_stage_config
+from aijobs_cli.call_profile import (
+    CRON_DISPATCHER,
+    Call,
+    CallProfile,
+    IndexWrite,
+    ItemAccess,
+    PathProfile,
+    default_profile,
+)
 from aijobs_cli.cost import (
     DEFAULT_PRICES,
     Estimate,
@@ -113,7 +123,12 @@ PROFILE = CallProfile(
             _dynamo("Query", index="by_due", partition="GRANT", reads=0.5),
             _dynamo("Query", index="by_kind_status", partition="KIND#{}#STATUS#{}", reads=0.5),
         ),
-    }
+        # The dispatcher's own run (claim and finish): what a cron not measured yet is priced as.
+        CRON_DISPATCHER: _path(
+            _dynamo("PutItem", table="meta", writes=1), _dynamo("UpdateItem", table="meta", writes=2)
+        ),
+    },
+    stage={"QUEUE_NAMES": "summary"},
 )
 ONE_CRON = {"*/10 * * * *": 6.0}
 
@@ -463,9 +478,44 @@ def test_cron_calls_repeat_per_run_per_shard_and_per_kind() -> None:
     assert many.quantity("EventBridge Scheduler", "schedule invocations") == runs
 
 
-def test_a_cron_the_profile_has_not_measured_says_how_to_regenerate_it() -> None:
+def test_a_cron_the_profile_has_not_measured_is_priced_as_the_dispatchers_run_and_listed() -> None:
+    est = estimate(_small(cron_runs={"*/10 * * * *": 6.0, "0 3 * * *": 1 / 24}), profile=PROFILE)
+    measured_runs, estimated_runs = 6 * 730, round(730 / 24)
+    assert est.estimated_crons == ["0 3 * * *"]
+    # */10 as measured (1 WRU once per run), 0 3 as the dispatcher's claim and finish (1 + 2 WRU).
+    assert est.quantity("DynamoDB", "write request units (crons)") == measured_runs * 1 + estimated_runs * 3
+    assert est.quantity("Lambda", "cron dispatcher invocations") == measured_runs + estimated_runs
+    assert est.quantity("EventBridge Scheduler", "schedule invocations") == measured_runs + estimated_runs
+    text = render_text(est)
+    assert "Estimated, not measured" in text
+    (note,) = [line for line in text.splitlines() if "'0 3 * * *'" in line and "dispatcher run" in line]
+    assert "--write-profile" in note
+    assert to_dict(est)["estimated"]["crons"] == ["0 3 * * *"]
+    measured = estimate(_small(cron_runs=ONE_CRON), profile=PROFILE)
+    assert (measured.estimated_crons, measured.estimated_notes()) == ([], [])
+    assert "Estimated, not measured" not in render_text(measured)
+
+
+def test_a_profile_without_the_dispatchers_run_says_how_to_regenerate_it() -> None:
+    old = PROFILE.model_copy(
+        update={"paths": {n: p for n, p in PROFILE.paths.items() if n != CRON_DISPATCHER}}
+    )
     with pytest.raises(KeyError, match="--write-profile"):
-        estimate(_small(cron_runs={"0 3 * * *": 1 / 24}), profile=PROFILE)
+        estimate(_small(cron_runs={"0 3 * * *": 1 / 24}), profile=old)
+
+
+def test_kinds_the_profile_has_not_measured_are_priced_like_its_kind_and_listed() -> None:
+    kinds = ("summary", "translate", "report")
+    est = estimate(_small(queues=3, kinds=kinds, cron_runs=ONE_CRON), profile=PROFILE)
+    unnamed = estimate(_small(queues=3, cron_runs=ONE_CRON), profile=PROFILE)
+    assert est.lines == unnamed.lines  # the same figures: every kind is priced as the measured one
+    assert (est.measured_kinds, est.estimated_kinds) == (["summary"], ["translate", "report"])
+    (note,) = [line for line in render_text(est).splitlines() if "translate" in line]
+    assert "kinds translate, report" in note
+    assert "summary" in note
+    assert to_dict(est)["estimated"]["kinds"] == ["translate", "report"]
+    with pytest.raises(ValidationError, match="kinds"):
+        _small(queues=2, kinds=kinds)
 
 
 @pytest.mark.parametrize(
@@ -499,6 +549,7 @@ def test_the_stage_decides_crons_shards_kinds_and_retries() -> None:
     )
     fields = stage_workload(config)
     assert fields["cron_runs"] == {"*/10 * * * *": 6.0, "0 3 * * *": pytest.approx(1 / 24)}
+    assert fields["kinds"] == ("summary", "embedding", "tts-generate")
     assert (fields["shard_count"], fields["queues"], fields["max_retries"], fields["batch_size"]) == (
         4,
         3,
@@ -562,9 +613,19 @@ def test_cli_reads_the_stage_and_the_profile_and_says_what_is_missing(tmp_path: 
     missing = CliRunner().invoke(app, ["cost", "--stage", "nosuchstage"])
     assert missing.exit_code != 0
     assert ".env.nosuchstage" in missing.output
-    # The dev stage's crons are not all in this hand-made profile: name the command that measures them.
+    # The dev stage's crons are not all in this hand-made profile: figures all the same, the crons
+    # it lacks priced as the dispatcher's run and named.
     profile = tmp_path / "profile.json"
     profile.write_text(PROFILE.to_json(), encoding="utf-8")
+    partial = CliRunner().invoke(app, ["cost", "--stage", "dev", "--call-profile", str(profile), "--json"])
+    assert partial.exit_code == 0, partial.output
+    dev_crons = [cron.text for cron in load_stage_config("dev").crons]
+    assert json.loads(partial.stdout)["estimated"]["crons"] == [c for c in dev_crons if c != "*/10 * * * *"]
+    # A profile written before the dispatcher's run was measured: name the command that measures it.
+    old = PROFILE.model_copy(
+        update={"paths": {n: p for n, p in PROFILE.paths.items() if n != CRON_DISPATCHER}}
+    )
+    profile.write_text(old.to_json(), encoding="utf-8")
     stale = CliRunner().invoke(app, ["cost", "--stage", "dev", "--call-profile", str(profile)])
     assert stale.exit_code != 0
     assert "--write-profile" in stale.output
@@ -572,3 +633,59 @@ def test_cli_reads_the_stage_and_the_profile_and_says_what_is_missing(tmp_path: 
     assert ok.exit_code == 0, ok.output
     document = json.loads(ok.stdout)
     assert document["aws_per_million_jobs_usd"] == pytest.approx(document["aws_total_usd"])
+
+
+def test_a_stage_with_a_kind_and_a_cron_of_its_own_gets_figures_saying_what_was_estimated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a team does (README "Adding a queue", "Adding a cron job"): a kind declared and a cron
+    registered, both in its stage file, and nothing else; `aijobs cost` and `aijobs capacity` answer."""
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from aijobs.consumer import registry as queues
+    from aijobs.kinds import registry as kinds
+    from aijobs.scheduled import registry as crons
+    from aijobs_cdk import stage as stage_module
+    from aijobs_cli.main import app
+
+    kind = next(name for n in range(100) if (name := f"team-kind{n}") not in queues.QUEUE_HANDLERS)
+    cron = next(text for n in range(60) if (text := f"{n} 3 * * *") not in crons.SCHEDULED_HANDLERS)
+    # A kind of the team's own: its declaration (as aijobs/kinds/<kind>.py would hold it).
+    declared, real = replace(kinds.require("summary"), name=kind), kinds.kind
+    monkeypatch.setattr(kinds, "kind", lambda name: declared if name == kind else real(name))
+    monkeypatch.setitem(crons.SCHEDULED_HANDLERS, cron, lambda _run, _ctx: {})
+    lines = []
+    for line in (REPO_ROOT / ".env.dev").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key in ("QUEUE_NAMES", "CRONS"):
+            line = f"{key}={value};{kind if key == 'QUEUE_NAMES' else cron}"
+        lines.append(line)
+    (tmp_path / ".env.team").write_text("\n".join(lines) + "\n")
+    load = stage_module.load_stage_config
+    monkeypatch.setattr(
+        stage_module, "load_stage_config", lambda name, context=None: load(name, context, env_dir=tmp_path)
+    )
+
+    result = CliRunner().invoke(app, ["cost", "--stage", "team", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["aws_total_usd"] > 0
+    assert kind in document["estimated"]["kinds"]
+    assert "summary" not in document["estimated"]["kinds"]  # measured
+    # The crons the committed profile measured are priced as measured; the new one is estimated.
+    crons_of_stage = [c.text for c in load_stage_config("dev").crons] + [cron]
+    assert document["estimated"]["crons"] == [c for c in crons_of_stage if not default_profile().has_cron(c)]
+    assert cron in document["estimated"]["crons"]
+    assert document["workload"]["queues"] == len(load_stage_config("dev").queue_names) + 1
+    rendered = CliRunner().invoke(app, ["cost", "--stage", "team"])
+    assert rendered.exit_code == 0, rendered.output
+    assert kind in rendered.output
+    assert repr(cron) in rendered.output
+
+    capacity = CliRunner().invoke(app, ["capacity", "--jobs-per-second", "10", "--stage", "team", "--json"])
+    assert capacity.exit_code == 0, capacity.output
+    report = json.loads(capacity.stdout)
+    assert kind in report["inputs"]["kinds"]
+    assert [note for note in report["notes"] if cron in note], report["notes"]

@@ -33,9 +33,8 @@ from aijobs.stage_config import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Sample queue names (the shipped kinds' names, as a team would spell its own).
 SHIPPED_QUEUES = ("image-generate", "tts-generate", "video-generate", "summary", "embedding")
-# The shipped workflow kinds (aijobs.workflows.registry), listed after their child kinds.
-SHIPPED_WORKFLOWS = ("report", "embedding-batch", "image-batch")
 
 
 def _parse(stage: str = "dev", **values: str | None) -> StageConfig:
@@ -601,17 +600,33 @@ def _load(stage: str) -> StageConfig:
     return parse_stage_config(stage, dotenv_values(path))
 
 
-# The deployed stages' crons: maintenance, sweeper, adaptive concurrency, the weekly model check.
-SHIPPED_CRONS = ("*/10 * * * *", "*/5 * * * *", "* * * * *", "0 6 * * 1")
+def _assert_registered(config: StageConfig) -> None:
+    """The stage's kinds and crons are what its file lists (however many a team adds), each with a
+    registered handler, and the jobs the system relies on are scheduled (credit expiry at */10)."""
+    from aijobs.consumer.registry import QUEUE_HANDLERS
+    from aijobs.scheduled.concurrency import run_concurrency_control
+    from aijobs.scheduled.maintenance import run_maintenance
+    from aijobs.scheduled.registry import SCHEDULED_HANDLERS
+    from aijobs.scheduled.sweeper import run_sweeper
+
+    values = dotenv_values(REPO_ROOT / f".env.{config.stage}")
+    assert config.queue_names == split_list(values["QUEUE_NAMES"])
+    assert config.queue_names, "a shipped stage has job kinds"
+    assert [kind for kind in config.queue_names if kind not in QUEUE_HANDLERS] == []
+    assert set(config.workflow_children.values()) <= set(config.queue_names)
+    assert tuple(cron.text for cron in config.crons) == split_list(values["CRONS"])
+    assert [cron.text for cron in config.crons if cron.text not in SCHEDULED_HANDLERS] == []
+    scheduled = {cron.text: SCHEDULED_HANDLERS[cron.text] for cron in config.crons}
+    assert {run_maintenance, run_sweeper, run_concurrency_control} <= set(scheduled.values())
+    (maintenance,) = [cron for cron in config.crons if scheduled[cron.text] is run_maintenance]
+    assert (maintenance.text, maintenance.to_aws()) == ("*/10 * * * *", "cron(0/10 * * * ? *)")
 
 
 def test_shipped_dev_config() -> None:
     config = _load("dev")
     assert config.stage == "dev"
     assert not config.is_production
-    assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
-    assert tuple(cron.text for cron in config.crons) == SHIPPED_CRONS
-    assert config.crons[0].to_aws() == "cron(0/10 * * * ? *)"
+    _assert_registered(config)
     assert config.queue_max_concurrency is None
     assert config.max_receive_count == 4 + RECEIVE_HEADROOM
     assert (config.spend_daily_cap_usd, config.spend_time_zone) == ("", "UTC")  # no brake shipped
@@ -621,8 +636,7 @@ def test_shipped_prod_config() -> None:
     config = _load("prod")
     assert config.stage == "prod"
     assert config.is_production
-    assert config.queue_names == (*SHIPPED_QUEUES, *SHIPPED_WORKFLOWS)
-    assert tuple(cron.text for cron in config.crons) == SHIPPED_CRONS
+    _assert_registered(config)
     assert config.alert_email is None
 
 
