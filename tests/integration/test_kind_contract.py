@@ -9,23 +9,18 @@ own tests); failures are raised at the provider's door, the same for every capab
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
-from api import handler
 
-from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.errors import InvalidInputError, TransientProviderError
 from aijobs.kinds.base import Kind
 from aijobs.kinds.registry import declared, require
 from aijobs.providers.local import render_image
-from aijobs_cli.esm import LambdaContext
-from tests.integration.harness import Stage, load_event
+from tests.integration.harness import Stage, api_caller
 
 pytestmark = pytest.mark.integration
 
@@ -49,27 +44,7 @@ def stage_values() -> dict[str, str]:
 
 @pytest.fixture
 def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
-    for key, value in stage.resources.api_env().items():
-        monkeypatch.setenv(key, value)
-    runtime.reset_runtime()
-    runtime.api_service().clock = stage.clock
-    stage.directory.ensure_user("alice")
-    key = stage.directory.create_api_key("alice")
-    stage.store_for("alice").ledger.grant("alice", 1_000, datetime.now(UTC) + timedelta(days=30))
-
-    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        event = load_event("api-post-jobs.json")
-        event["headers"]["authorization"] = f"Bearer {key}"
-        event["headers"].pop("idempotency-key", None)
-        event["requestContext"]["http"]["method"] = method
-        event["rawPath"] = event["requestContext"]["http"]["path"] = path
-        event["body"] = json.dumps(body) if body is not None else None
-        event["isBase64Encoded"] = False
-        response = handler.handler(event, LambdaContext("api"))
-        return response["statusCode"], json.loads(response["body"])
-
-    yield call
-    runtime.reset_runtime()
+    yield from api_caller(stage, monkeypatch, credits=1_000)
 
 
 def _body(stage: Stage, kind: Kind) -> dict[str, Any]:

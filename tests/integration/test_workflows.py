@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -25,7 +25,7 @@ from aijobs.settings import CronSettings
 from aijobs.store.keys import child_job_id
 from aijobs.workflows import fanin
 from aijobs_cli.esm import LambdaContext
-from tests.integration.harness import Stage, load_event
+from tests.integration.harness import Stage, api_caller, load_event
 
 pytestmark = pytest.mark.integration
 
@@ -52,36 +52,7 @@ Call = Callable[..., tuple[int, Any]]
 
 @pytest.fixture
 def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
-    for key, value in stage.resources.api_env().items():
-        monkeypatch.setenv(key, value)
-    runtime.reset_runtime()
-    runtime.api_service().clock = stage.clock
-    from api import handler
-
-    stage.directory.ensure_user("alice")
-    key = stage.directory.create_api_key("alice")
-    stage.store_for("alice").ledger.grant("alice", 10_000, datetime.now(UTC) + timedelta(days=30))
-
-    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        event = load_event("api-post-jobs.json")
-        event["headers"]["authorization"] = f"Bearer {key}"
-        event["headers"].pop("idempotency-key", None)
-        event["requestContext"]["http"]["method"] = method
-        event["rawPath"] = event["requestContext"]["http"]["path"] = path
-        event["rawQueryString"] = ""
-        event.pop("queryStringParameters", None)
-        if "?" in path:
-            raw_path, query = path.split("?", 1)
-            event["rawPath"] = event["requestContext"]["http"]["path"] = raw_path
-            event["rawQueryString"] = query
-            event["queryStringParameters"] = dict(part.split("=", 1) for part in query.split("&"))
-        event["body"] = json.dumps(body) if body is not None else None
-        event["isBase64Encoded"] = False
-        response = handler.handler(event, LambdaContext("api"))
-        return response["statusCode"], json.loads(response["body"])
-
-    yield call
-    runtime.reset_runtime()
+    yield from api_caller(stage, monkeypatch, credits=10_000)
 
 
 def run_until_idle(stage: Stage, rounds: int = 60) -> int:

@@ -12,6 +12,7 @@ scaffolds one); aijobs/kinds/registry.py finds it by its file name.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -153,8 +154,6 @@ class Kind:
     shape: ShapeFn | None = None
 
     def __post_init__(self) -> None:
-        import re
-
         if not re.fullmatch(KIND_NAME_PATTERN, self.name) or len(self.name) > 60:
             raise ValueError(f"kind name {self.name!r}: lowercase letters, digits and hyphens, at most 60")
         base = OPTIONS_BASE[self.capability]
