@@ -36,9 +36,9 @@ def load_stage_config(
 def check_declared_kinds(config: StageConfig, source: str) -> None:
     """Every declared kind is deployed (QUEUE_NAMES) or skipped on purpose (SKIP_KINDS), so a kind
     added to aijobs/kinds/ is never silently missing from a stage; a skipped name must be declared."""
-    from aijobs.kinds.registry import declared, kind
+    from aijobs.kinds.registry import queued as declared_queued
 
-    queued = [name for name in declared() if not getattr(kind(name), "sync", False)]
+    queued = declared_queued()
     missing = [name for name in queued if name not in config.queue_names and name not in config.skip_kinds]
     if missing:
         raise ConfigError(

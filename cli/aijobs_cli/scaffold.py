@@ -9,11 +9,10 @@ derive from the declaration.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from aijobs.kinds.base import KIND_NAME_PATTERN
+from aijobs.kinds.base import check_kind_name
 from aijobs.kinds.registry import kind as declared_kind
 from aijobs.kinds.registry import module_name
 from aijobs.providers.base import CAPABILITY_NAMES
@@ -143,8 +142,10 @@ def new_kind(root: Path, name: str, capability: str) -> Scaffolded:
     """Write the kind's module and add it to every stage file's QUEUE_NAMES under `root`."""
     if capability not in CAPABILITY_NAMES:
         raise ScaffoldError(f"capability must be one of {', '.join(CAPABILITY_NAMES)}, not {capability!r}")
-    if not re.fullmatch(KIND_NAME_PATTERN, name) or len(name) > 60:
-        raise ScaffoldError(f"{name!r}: a kind name is lowercase letters, digits and hyphens (at most 60)")
+    try:
+        check_kind_name(name)
+    except ValueError as error:
+        raise ScaffoldError(str(error)) from None
     if name in WORKFLOWS or name in RESERVED_QUEUE_NAMES or module_name(name) in ("base", "registry", "run"):
         raise ScaffoldError(f"{name!r} is taken (a workflow or one of the stage's own queues)")
     module = root / KINDS_FOLDER / f"{module_name(name)}.py"

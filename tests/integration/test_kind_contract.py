@@ -18,13 +18,13 @@ import pytest
 from aijobs.domain import JobStatus
 from aijobs.errors import InvalidInputError, TransientProviderError
 from aijobs.kinds.base import Kind
-from aijobs.kinds.registry import declared, require
+from aijobs.kinds.registry import queued, require
 from aijobs.providers.local import render_image
 from tests.integration.harness import Stage, api_caller
 
 pytestmark = pytest.mark.integration
 
-QUEUED = tuple(name for name in declared() if not require(name).sync)
+QUEUED = queued()
 TEXT = (
     "Queues decouple accepting work from doing it. The producer answers at once. The consumer runs the model."
 )

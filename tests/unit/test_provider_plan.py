@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from aijobs.kinds.base import Kind
-from aijobs.kinds.registry import declared, require
+from aijobs.kinds.registry import declared, queued, require
 from aijobs.provider_plan import (
     PROVIDER_CAPABILITIES,
     ProviderPlanError,
@@ -18,7 +18,7 @@ from aijobs.provider_plan import (
 )
 from aijobs.stage_config import ConfigError, StageConfig, parse_stage_config
 
-QUEUED = tuple(name for name in declared() if not require(name).sync)
+QUEUED = queued()
 KINDS = ";".join(QUEUED)
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from aijobs.kinds.registry import declared, require
+from aijobs.kinds.registry import queued
 from aijobs.stage_config import ConfigError
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
 
-QUEUED = [name for name in declared() if not require(name).sync]
+QUEUED = queued()
 
 
 def _stage_file(tmp_path: Path, stage: str, replace: dict[str, str]) -> Path:

@@ -41,8 +41,8 @@ PROVIDER_CAPABILITIES: Mapping[str, frozenset[str]] = {
     "polly": frozenset({"speech"}),
     "openai": frozenset({"text", "embedding", "image"}),
 }
-# The local provider's model per capability (aijobs.providers.local.MODELS), for kinds that
-# declare none: every kind runs on the local stage.
+# The local provider's model per capability (aijobs.providers.local.MODELS adds a second text
+# model), for kinds that declare none: every kind runs on the local stage.
 LOCAL_MODELS: Mapping[str, str] = {
     "text": "local-text-1",
     "embedding": "local-embedding-1",

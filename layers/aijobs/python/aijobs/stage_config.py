@@ -24,6 +24,7 @@ from aijobs.bindings import parse_prices as parse_prices
 from aijobs.bindings import queue_name_of as queue_name_of
 from aijobs.bindings import split_list as split_list
 from aijobs.cron import CronError, CronExpression, parse_cron
+from aijobs.kinds.base import KIND_NAME_PATTERN
 from aijobs.provider_plan import (
     CLASSIFY,
     KindPlan,
@@ -54,7 +55,7 @@ LEASE_MARGIN_SECONDS = 30
 # Webhook deliveries per consumer invocation (each POST waits up to WEBHOOK_TIMEOUT_SECONDS).
 WEBHOOK_BATCH_SIZE = 5
 
-_QUEUE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
+_QUEUE_NAME = re.compile(KIND_NAME_PATTERN)
 _STAGE_NAME = re.compile(r"[a-z][a-z0-9]{0,9}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # A standard SNS topic (CloudWatch alarm actions cannot publish to FIFO topics).

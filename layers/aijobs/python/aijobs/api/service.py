@@ -51,7 +51,7 @@ from aijobs.errors import (
 )
 from aijobs.ids import new_job_id
 from aijobs.kinds.registry import kind as kind_of
-from aijobs.kinds.run import check_input
+from aijobs.kinds.run import check_input, first_problem, problems
 from aijobs.observability import METRIC_ACCEPTED, emit, logger
 from aijobs.provider_plan import CLASSIFY, KindPlan
 from aijobs.providers.base import Provider
@@ -406,9 +406,9 @@ class JobService:
             kind.parse_options(options)
         except ValidationError as error:
             raise UnprocessableError(
-                f"{request.kind}: invalid options: {_first_problem(error)}",
+                f"{request.kind}: invalid options: {first_problem(error)}",
                 code="invalid_options",
-                details={"options": _problems(error)},
+                details={"options": problems(error)},
             ) from None
         if workflow is None and request.input is not None:
             try:
@@ -623,18 +623,3 @@ def callback_view(job: Job) -> CallbackView | None:
         lastError=job.callback_error,
         updatedAt=job.callback_at,
     )
-
-
-def _problems(error: ValidationError) -> list[dict[str, str]]:
-    return [
-        {
-            "option": ".".join(str(part) for part in item.get("loc", ())) or "options",
-            "problem": item.get("msg", ""),
-        }
-        for item in error.errors(include_url=False)[:10]
-    ]
-
-
-def _first_problem(error: ValidationError) -> str:
-    first = _problems(error)[0]
-    return f"{first['option']}: {first['problem']}"

@@ -426,11 +426,8 @@ class Consumer:
             "job succeeded",
             extra={"durationMs": round(seconds * 1000, 1), "model": result.model, "costUsd": spent.usd},
         )
-        for model in result.unavailable:
-            # A fallback answered, but the operator must still move off the model that is gone.
-            self._model_alert(
-                ModelUnavailableError(f"{model} is unavailable; a fallback model answered", model=model)
-            )
+        # A fallback answered, but the operator must still move off the models that are gone.
+        self._alert_passed_over(result.unavailable)
 
     def _spend_writes(self, store: JobStore, job: Job, cost: float | None) -> list[dict[str, Any]]:
         if self.spend is None or not cost:
@@ -478,8 +475,7 @@ class Consumer:
                 self._pause(record, error)
             elif isinstance(error, ModelUnavailableError):
                 # Never a pause: the credentials are fine, and the kind's other models still work.
-                for model in earlier:
-                    self._model_alert(ModelUnavailableError(f"{model} is unavailable", model=model))
+                self._alert_passed_over(earlier)
                 self._model_alert(error)
             return
         if job.attempts >= self.max_attempts:
@@ -510,6 +506,13 @@ class Consumer:
         cap on the row (not SQS's receive count) decides when a job is dead-lettered."""
         self.queues.send_to_dlq(record.body, kind=job.kind)
         logger.error("job moved to the dead-letter queue", extra={"reason": reason, "attempts": job.attempts})
+
+    def _alert_passed_over(self, models: tuple[str, ...]) -> None:
+        """Alert (once each) the unavailable models an attempt moved past to a fallback model."""
+        for model in models:
+            self._model_alert(
+                ModelUnavailableError(f"{model} is unavailable; the attempt moved on", model=model)
+            )
 
     def _model_alert(self, error: ModelUnavailableError) -> None:
         """Alert once per model (a conditional marker in the meta table: the first consumer to see

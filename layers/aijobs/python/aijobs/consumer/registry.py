@@ -61,10 +61,9 @@ class _Handlers(Mapping[str, KindHandler]):
         return kind_step(name)
 
     def __iter__(self) -> Iterator[str]:
-        from aijobs.kinds.registry import declared, kind
+        from aijobs.kinds.registry import queued
 
-        queued = [name for name in declared() if not getattr(kind(name), "sync", True)]
-        return iter((*queued, *WORKFLOWS))
+        return iter((*queued(), *WORKFLOWS))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -22,10 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aijobs.providers.base import Capability
 
-# A kind's name is its queue's name: lowercase letters, digits and hyphens.
+# A kind's name is its queue's name: lowercase letters, digits and hyphens (the stage config
+# checks QUEUE_NAMES with the same pattern).
 KIND_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$"
-# Aspect ratios every image adapter maps to a size its model makes.
-ASPECT_RATIOS = ("1:1", "16:9", "9:16", "3:2", "2:3", "4:5", "5:4", "21:9", "9:21")
+KIND_NAME_MAX = 60
+
+
+def check_kind_name(name: str) -> None:
+    """ValueError unless `name` can name a kind (and so its queue)."""
+    if not re.fullmatch(KIND_NAME_PATTERN, name) or len(name) > KIND_NAME_MAX:
+        raise ValueError(
+            f"kind name {name!r}: lowercase letters, digits and hyphens, at most {KIND_NAME_MAX}"
+        )
 
 
 class KindOptions(BaseModel):
@@ -154,8 +162,7 @@ class Kind:
     shape: ShapeFn | None = None
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(KIND_NAME_PATTERN, self.name) or len(self.name) > 60:
-            raise ValueError(f"kind name {self.name!r}: lowercase letters, digits and hyphens, at most 60")
+        check_kind_name(self.name)
         base = OPTIONS_BASE[self.capability]
         if self.options is not None and not issubclass(self.options, base):
             raise TypeError(f"kind {self.name!r}: its options must extend {base.__name__}")

@@ -46,6 +46,11 @@ def declared() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def queued() -> tuple[str, ...]:
+    """The declared kinds that run on a queue (every kind but the synchronous ones, `classify`)."""
+    return tuple(name for name in declared() if not require(name).sync)
+
+
 def kind(name: str) -> Kind | None:
     """The declaration of kind `name` (importing only its module); None if no module declares it."""
     if not name or module_name(name) in _NOT_KINDS or not module_name(name).isidentifier():

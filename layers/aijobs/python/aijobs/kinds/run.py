@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
@@ -35,6 +36,7 @@ from aijobs.kinds.base import (
 )
 from aijobs.observability import logger
 from aijobs.providers.base import (
+    Artifact,
     Call,
     Embedder,
     EmbeddingRequest,
@@ -125,13 +127,24 @@ def options_of(kind: Kind, options: dict[str, Any]) -> KindOptions:
     try:
         return kind.parse_options(options)
     except ValidationError as error:
-        raise InvalidInputError(f"{kind.name}: invalid options: {_first_error(error)}") from None
+        raise InvalidInputError(f"{kind.name}: invalid options: {first_problem(error)}") from None
 
 
-def _first_error(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "options"
-    return f"{where}: {first.get('msg', 'invalid')}"
+def problems(error: ValidationError, *, field: str = "option") -> list[dict[str, str]]:
+    """What a pydantic model refused, one `{field, problem}` per error (at most 10), for a message
+    or a 422's details."""
+    return [
+        {
+            field: ".".join(str(part) for part in item.get("loc", ())) or "options",
+            "problem": item.get("msg", ""),
+        }
+        for item in error.errors(include_url=False)[:10]
+    ]
+
+
+def first_problem(error: ValidationError) -> str:
+    first = problems(error, field="where")[0]
+    return f"{first['where']}: {first['problem']}"
 
 
 def run(kind: Kind, provider: Provider, step: Step) -> ProviderResult:
@@ -143,31 +156,14 @@ def run(kind: Kind, provider: Provider, step: Step) -> ProviderResult:
     if capability == "text":
         text = _serving(provider, TextGenerator, kind).generate_text(TextRequest(call=call, **arguments))
         data = _validated(kind, text)
-        output = (kind.shape or _shape_text)(text.model_copy(update={"data": data}), options)
-        return ProviderResult(
-            status="succeeded", output=output, model=text.model, usage=text.usage, cost=text.cost
-        )
+        return _succeeded(text, (kind.shape or _shape_text)(text.model_copy(update={"data": data}), options))
     if capability == "embedding":
         embedding = _serving(provider, Embedder, kind).embed(EmbeddingRequest(call=call, **arguments))
         output = kind.shape(embedding, options) if kind.shape else _shape_embedding(embedding, step.input)
-        return ProviderResult(
-            status="succeeded",
-            output=output,
-            model=embedding.model,
-            usage=embedding.usage,
-            cost=embedding.cost,
-        )
+        return _succeeded(embedding, output)
     if capability == "image":
         images = _serving(provider, ImageGenerator, kind).generate_image(ImageRequest(call=call, **arguments))
-        output = (kind.shape or _shape_images)(images, options)
-        return ProviderResult(
-            status="succeeded",
-            output=output,
-            artifacts=images.images,
-            model=images.model,
-            usage=images.usage,
-            cost=images.cost,
-        )
+        return _succeeded(images, (kind.shape or _shape_images)(images, options), images.images)
     if capability == "speech":
         speech = _serving(provider, SpeechSynthesizer, kind)
         return _shaped(kind, speech.synthesize_speech(SpeechRequest(call=call, **arguments)), options)
@@ -224,6 +220,20 @@ def run_chain(kind: Kind, candidates: Sequence[Candidate], step: Step) -> Provid
     raise AssertionError("unreachable: the last candidate returns or raises")
 
 
+def _succeeded(
+    answer: TextResult | EmbeddingResult | ImageResult, output: Any, artifacts: tuple[Artifact, ...] = ()
+) -> ProviderResult:
+    """The step's result from a synchronous capability's answer (its model, usage and cost)."""
+    return ProviderResult(
+        status="succeeded",
+        output=output,
+        artifacts=artifacts,
+        model=answer.model,
+        usage=answer.usage,
+        cost=answer.cost,
+    )
+
+
 def _shaped(kind: Kind, result: ProviderResult, options: KindOptions) -> ProviderResult:
     if kind.shape is None or result.status != "succeeded":
         return result
@@ -256,7 +266,7 @@ def _validated(kind: Kind, result: TextResult) -> dict[str, Any] | None:
         return validated.model_dump(mode="json")
     except ValidationError as error:
         raise InvalidOutputError(
-            f"{kind.name}: the answer does not match its output model ({_first_error(error)})"
+            f"{kind.name}: the answer does not match its output model ({first_problem(error)})"
         ) from None
 
 
@@ -285,9 +295,15 @@ def _build_text(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:
         "images": images,
         "max_tokens": opts.maxTokens,
         "temperature": opts.temperature,
-        "output_schema": kind.output.model_json_schema() if kind.output is not None else None,
+        "output_schema": output_schema(kind.output) if kind.output is not None else None,
         "output_name": kind.name.replace("-", "_"),
     }
+
+
+@cache
+def output_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """An output model's JSON schema, made once per model (every text job of the kind sends it)."""
+    return model.model_json_schema()
 
 
 def _build_embedding(kind: Kind, value: KindInput, options: Any) -> dict[str, Any]:

@@ -73,16 +73,21 @@ class TextRequest(_Port):
     output_name: str = "answer"
 
 
-class TextResult(_Port):
+class _Answer(_Port):
+    """What every synchronous capability answers besides its content."""
+
+    model: str
+    usage: dict[str, int] = Field(default_factory=dict)
+    # USD the provider itself reports (the local provider); None: priced from usage.
+    cost: float | None = None
+
+
+class TextResult(_Answer):
     text: str
     # The parsed JSON object of a structured answer (None without an output schema).
     data: dict[str, Any] | None = None
     # The answer stopped at `max_tokens`.
     truncated: bool = False
-    model: str
-    usage: dict[str, int] = Field(default_factory=dict)
-    # USD the provider itself reports (the local provider); None: priced from usage.
-    cost: float | None = None
 
 
 class EmbeddingRequest(_Port):
@@ -93,13 +98,9 @@ class EmbeddingRequest(_Port):
     normalize: bool = True
 
 
-class EmbeddingResult(_Port):
+class EmbeddingResult(_Answer):
     vectors: tuple[tuple[float, ...], ...]
     dimensions: int
-    model: str
-    usage: dict[str, int] = Field(default_factory=dict)
-    # USD the provider itself reports (the local provider); None: priced from usage.
-    cost: float | None = None
 
 
 class ImageRequest(_Port):
@@ -120,12 +121,8 @@ class Artifact(_Port):
     data: bytes
 
 
-class ImageResult(_Port):
+class ImageResult(_Answer):
     images: tuple[Artifact, ...]
-    model: str
-    usage: dict[str, int] = Field(default_factory=dict)
-    # USD the provider itself reports (the local provider); None: priced from usage.
-    cost: float | None = None
 
 
 class SpeechRequest(_Port):

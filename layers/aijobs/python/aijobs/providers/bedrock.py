@@ -29,7 +29,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderAuthError, TransientProviderError
-from aijobs.provider_plan import base_model_id
+from aijobs.provider_plan import PROVIDER_CAPABILITIES, base_model_id
 from aijobs.providers.base import (
     Artifact,
     Call,
@@ -45,7 +45,7 @@ from aijobs.providers.base import (
 from aijobs.providers.failures import aws_failure, aws_task_failure
 from aijobs.store.results import result_prefix
 
-CAPABILITIES = frozenset({"text", "embedding", "image", "video"})
+CAPABILITIES = PROVIDER_CAPABILITIES["bedrock"]
 
 _MAX_IMAGE_BYTES = 3_932_160  # Converse: 3.75 MB per image
 _MAX_TOKENS = 10_000  # Nova's output limit (Nova 2 and Pro take more; a kind asks for what it needs)

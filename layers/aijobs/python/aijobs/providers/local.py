@@ -32,6 +32,7 @@ from aijobs.errors import (
     ThrottledError,
     TransientProviderError,
 )
+from aijobs.provider_plan import LOCAL_MODELS, PROVIDER_CAPABILITIES
 from aijobs.providers.base import (
     Artifact,
     Call,
@@ -46,15 +47,11 @@ from aijobs.providers.base import (
     VideoRequest,
 )
 
-CAPABILITIES = frozenset({"text", "embedding", "image", "speech", "video"})
-# The local models, one per capability, plus a second text model to fall back to (a kind's
-# fallback can be watched on a laptop: `#fail:503@local-text-1` fails only the first).
-MODELS = {
-    "text": ("local-text-1", "local-text-2"),
-    "embedding": ("local-embedding-1",),
-    "image": ("local-image-1",),
-    "speech": ("local-tts-1",),
-    "video": ("local-video-1",),
+CAPABILITIES = PROVIDER_CAPABILITIES["local"]
+# The local models: the plan's one per capability, plus a second text model to fall back to (a
+# kind's fallback can be watched on a laptop: `#fail:503@local-text-1` fails only the first).
+MODELS = {capability: (model,) for capability, model in LOCAL_MODELS.items()} | {
+    "text": (LOCAL_MODELS["text"], "local-text-2")
 }
 
 _MAX_TEXT_CHARS = 1_000_000

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderError
+from aijobs.provider_plan import PROVIDER_CAPABILITIES
 from aijobs.providers.base import (
     Artifact,
     EmbeddingRequest,
@@ -35,7 +36,7 @@ from aijobs.providers.base import (
 )
 from aijobs.providers.failures import http_error, http_transport_error, malformed_response_error
 
-CAPABILITIES = frozenset({"text", "embedding", "image"})
+CAPABILITIES = PROVIDER_CAPABILITIES["openai"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # The sizes an image model makes, per aspect ratio (DALL-E 3 and gpt-image-1 both take these three;

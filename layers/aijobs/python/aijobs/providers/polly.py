@@ -18,11 +18,12 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderError, TransientProviderError
+from aijobs.provider_plan import PROVIDER_CAPABILITIES
 from aijobs.providers.base import Artifact, Call, ProviderResult, SpeechRequest
 from aijobs.providers.failures import aws_failure, aws_task_failure, request_maybe_accepted
 from aijobs.store.results import result_prefix
 
-CAPABILITIES = frozenset({"speech"})
+CAPABILITIES = PROVIDER_CAPABILITIES["polly"]
 
 # SynthesizeSpeech takes at most 3,000 billed characters, so longer text must go the asynchronous
 # way; up to that size the synchronous call also finishes well inside one consumer run and needs
