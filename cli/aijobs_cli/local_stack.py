@@ -565,16 +565,19 @@ class LocalStack:
             )
         return error_reply(404, "route_not_found", "no such local control route", {"path": path})
 
-    def _consumer_threads(self) -> int:
-        if self.config.consumer_reserved_concurrency:
+    def _consumer_threads(self, kind: str) -> int:
+        tuning = self.config.queue_tuning(kind)
+        if tuning.reserved_concurrency:
             return 1
-        return min(self.config.esm_max_concurrency or 2, 4)
+        return min(tuning.esm_max_concurrency or 2, 4)
 
     def _start_pollers(self) -> None:
         assert self.resources is not None
         for kind in self.config.queue_names:
-            self.control.limits[self.resources.queue_arns[kind]] = self.config.esm_max_concurrency
-            for index in range(self._consumer_threads()):
+            self.control.limits[self.resources.queue_arns[kind]] = self.config.queue_tuning(
+                kind
+            ).esm_max_concurrency
+            for index in range(self._consumer_threads(kind)):
                 self._spawn(f"consumer-{kind}-{index}", self._consume_loop, kind, index)
         self._spawn("dlq-consumer", self._dlq_loop)
         self._spawn("webhook-consumer", self._webhook_loop)
@@ -589,7 +592,7 @@ class LocalStack:
             queue_arn=self.resources.queue_arns[kind],
             handler=consumer.handle,
             function_name=f"aijobs-{self.config.stage}-consumer-{kind}",
-            batch_size=self.config.batch_size,
+            batch_size=self.config.queue_tuning(kind).batch_size,
             batch_window_seconds=self.config.batch_window_seconds,
             long_poll_seconds=self.long_poll_seconds,
         )

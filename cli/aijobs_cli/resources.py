@@ -154,11 +154,12 @@ def provision(
         s3.create_bucket(Bucket=resources.bucket, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
 
     for kind in config.queue_names:
+        tuning = config.queue_tuning(kind)
         url, arn, dlq_url, dlq_arn = _create_queue_pair(
             sqs,
             queue_resource_name(config.stage, kind),
-            visibility_seconds=config.visibility_timeout_seconds,
-            max_receive_count=config.max_receive_count,
+            visibility_seconds=tuning.visibility_timeout_seconds,
+            max_receive_count=tuning.max_receive_count,
         )
         resources.queue_urls[kind], resources.queue_arns[kind] = url, arn
         resources.dlq_urls[kind], resources.dlq_arns[kind] = dlq_url, dlq_arn

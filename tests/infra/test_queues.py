@@ -53,14 +53,16 @@ def test_max_retries_setting_drives_max_receive_count(capped: Synth) -> None:
         assert props["RedrivePolicy"]["maxReceiveCount"] == 3 + RECEIVE_HEADROOM
 
 
-def test_consumer_mapping_uses_the_article_defaults(dev: Synth) -> None:
-    for queue_id in _main_queues(dev):
+def test_consumer_mapping_uses_the_article_defaults_unless_the_kind_declares_its_own(dev: Synth) -> None:
+    names = {queue_resource_name("dev", kind): kind for kind in dev.config.queue_names}
+    for queue_id, props in _main_queues(dev).items():
         (mapping,) = [
             m["Properties"]
             for m in dev.resources("AWS::Lambda::EventSourceMapping").values()
             if target_id(m["Properties"]["EventSourceArn"]) == queue_id
         ]
-        assert mapping["BatchSize"] == 5
+        own = dict(dev.config.kind_tuning).get(names[props["QueueName"]])
+        assert mapping["BatchSize"] == (own.batch_size if own and own.batch_size else 5)
         assert mapping["MaximumBatchingWindowInSeconds"] == 10
         assert "ScalingConfig" not in mapping  # QUEUE_MAX_CONCURRENCY is empty in .env.dev
 

@@ -154,8 +154,12 @@ def test_the_how_to_holds_step_by_step_in_a_copy_of_the_repository(copy: Path, t
         stage = "prod" if "stage=prod" in command else "dev"
         template = json.loads((out / f"aijobs-{stage}.template.json").read_text())
         functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-        consumers = [r["Properties"]["Environment"]["Variables"].get("QUEUE_NAME") for r in functions]
-        assert "translate" in consumers, (stage, consumers)
+        consumers = {r["Properties"]["Environment"]["Variables"].get("QUEUE_NAME"): r for r in functions}
+        assert "translate" in consumers, (stage, sorted(map(str, consumers)))
+        # The worked example's Tuning: its consumer's timeout and retries, nobody else's.
+        translate = consumers["translate"]["Properties"]
+        assert (translate["Timeout"], translate["Environment"]["Variables"]["MAX_RETRIES"]) == (120, "1")
+        assert consumers["summary"]["Properties"]["Timeout"] == 60
 
     # 5. The test suite's contract covers the new kind without an edit.
     contract = _run(

@@ -9,6 +9,7 @@ own tests); failures are raised at the provider's door, the same for every capab
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -120,6 +121,13 @@ def test_a_retryable_failure_is_retried_and_then_succeeds(stage: Stage, api: Cal
     assert status == 202, answer
     _run_until_idle(stage, name)
     job = stage.job_by_id("alice", answer["jobId"])
+    if stage.resources.config.queue_tuning(name).max_retries == 0:
+        # A kind that declares no retries (Tuning.max_retries=0): its one attempt dead-letters it.
+        assert job.attempts == 1
+        assert job.status is not JobStatus.SUCCEEDED
+        letters = stage.receive(stage.resources.dlq_urls[name])
+        assert [json.loads(m["Body"])["jobId"] for m in letters] == [job.job_id]
+        return
     assert job.status is JobStatus.SUCCEEDED
     assert job.attempts == 2
 

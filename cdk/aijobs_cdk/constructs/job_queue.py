@@ -40,6 +40,8 @@ class JobQueue(Construct):
         super().__init__(scope, construct_id)
         self.kind = kind
         name = queue_resource_name(config.stage, kind)
+        # The stage's values, changed where the kind's declaration says (aijobs.kinds.base.Tuning).
+        self.tuning = tuning = config.queue_tuning(kind)
         self.dlq = stage_queue(
             self,
             "Dlq",
@@ -62,18 +64,18 @@ class JobQueue(Construct):
             config=config,
             name=name,
             retention_period=MAIN_QUEUE_RETENTION,
-            visibility_timeout=Duration.seconds(config.visibility_timeout_seconds),
-            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=config.max_receive_count),
+            visibility_timeout=Duration.seconds(tuning.visibility_timeout_seconds),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=tuning.max_receive_count),
         )
         self.consumer: lambda_.Function = functions.function(
             self,
             "Consumer",
             handler=CONSUMER_HANDLER,
             description=f"aijobs {config.stage} consumer of {kind}",
-            timeout=Duration.seconds(config.consumer_timeout_seconds),
-            memory_size=config.consumer_memory_mb,
-            # QUEUE_MAX_CONCURRENCY=1: see StageConfig.consumer_reserved_concurrency.
-            reserved_concurrency=config.consumer_reserved_concurrency,
+            timeout=Duration.seconds(tuning.timeout_seconds),
+            memory_size=tuning.memory_mb,
+            # A cap of 1 (QUEUE_MAX_CONCURRENCY or the kind's): see QueueTuning.reserved_concurrency.
+            reserved_concurrency=tuning.reserved_concurrency,
             environment={
                 **environment,
                 "QUEUE_NAME": kind,
@@ -85,10 +87,10 @@ class JobQueue(Construct):
         # The adaptive concurrency cron sizes this mapping (MaximumConcurrency) by its id and ARN.
         self.event_source = event_sources.SqsEventSource(
             self.queue,
-            batch_size=config.batch_size,
-            max_batching_window=Duration.seconds(config.batch_window_seconds),
+            batch_size=tuning.batch_size,
+            max_batching_window=Duration.seconds(tuning.batch_window_seconds),
             report_batch_item_failures=True,
-            max_concurrency=config.esm_max_concurrency,
+            max_concurrency=tuning.esm_max_concurrency,
         )
         self.consumer.add_event_source(self.event_source)
         # Delayed re-sends (provider still running) go to its own queue; the attempt cap to its DLQ.

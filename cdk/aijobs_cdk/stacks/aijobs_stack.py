@@ -153,11 +153,12 @@ class AijobsStack(Stack):
             },
         )
         # Adaptive concurrency: the cron reads and sets MaximumConcurrency on these mappings only.
-        if not config.consumer_reserved_concurrency and queues:
+        governed = [q for q in queues if q.kind in config.governed_kinds]
+        if governed:
             dispatcher.add_to_role_policy(
                 iam.PolicyStatement(
                     actions=["lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"],
-                    resources=[q.event_source.event_source_mapping_arn for q in queues],
+                    resources=[q.event_source.event_source_mapping_arn for q in governed],
                 )
             )
         # Retries and the dead-letter queue of scheduled invocations: see the Schedules construct.

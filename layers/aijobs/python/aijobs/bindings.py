@@ -8,6 +8,7 @@ function's cold start does not import it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
 ESM_MAX_CONCURRENCY_MIN = 2
@@ -20,7 +21,47 @@ DEAD_LETTER_QUEUES = "DEAD_LETTER_QUEUES"
 # (UUIDs from the stack; the local stack's own ids). Empty with QUEUE_MAX_CONCURRENCY=1.
 EVENT_SOURCE_MAPPINGS = "EVENT_SOURCE_MAPPINGS"
 
+# The cron's per-kind limits (the sweeper's attempt budget and lease, the adaptive-concurrency
+# ceiling), which a kind's declaration may change: `KIND_LIMITS=kind=attempts:4,lease:90,ceiling:1000;...`.
+KIND_LIMITS = "KIND_LIMITS"
+_LIMIT_FIELDS = ("attempts", "lease", "ceiling")
+
 _WHOLE_NUMBER = re.compile(r"-?[0-9]+")
+
+
+@dataclass(frozen=True)
+class KindLimits:
+    """What the cron must know of one kind: its attempt budget, its lease, its concurrency ceiling
+    (1: reserved concurrency 1, never adjusted)."""
+
+    attempts: int
+    lease: int
+    ceiling: int
+
+    def setting(self) -> str:
+        return ",".join(f"{name}:{getattr(self, name)}" for name in _LIMIT_FIELDS)
+
+
+def limits_setting(limits: dict[str, KindLimits]) -> str:
+    return ";".join(f"{kind}={entry.setting()}" for kind, entry in limits.items())
+
+
+def parse_limits(raw: str | None) -> dict[str, KindLimits]:
+    """The KIND_LIMITS format back into {kind: KindLimits}; a malformed entry is a ConfigError."""
+    limits: dict[str, KindLimits] = {}
+    for entry in split_list(raw):
+        kind, _, values = (part.strip() for part in entry.partition("="))
+        fields = dict(part.strip().partition(":")[::2] for part in values.split(","))
+        if (
+            not kind
+            or sorted(fields) != sorted(_LIMIT_FIELDS)
+            or not all(_WHOLE_NUMBER.fullmatch(value) and int(value) >= 1 for value in fields.values())
+        ):
+            raise ConfigError(
+                f"{KIND_LIMITS}: {entry!r} must be <kind>=attempts:N,lease:N,ceiling:N (whole numbers >= 1)"
+            )
+        limits[kind] = KindLimits(**{name: int(value) for name, value in fields.items()})
+    return limits
 
 
 class ConfigError(ValueError):

@@ -232,6 +232,7 @@ def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = u
         control=ConsumerControl(aws.on_first_use(aws.lambda_)),
         mappings=settings.event_source_mappings,
         flow=settings.flow,
+        limits=settings.kind_limits,
         plans=settings.plans,
         # Bedrock's control plane (the weekly model check only), in the function's own region.
         bedrock=aws.bedrock,

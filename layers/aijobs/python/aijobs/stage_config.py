@@ -18,13 +18,14 @@ from aijobs.bindings import DEAD_LETTER_QUEUES as DEAD_LETTER_QUEUES
 from aijobs.bindings import ESM_MAX_CONCURRENCY_MAX as ESM_MAX_CONCURRENCY_MAX
 from aijobs.bindings import ESM_MAX_CONCURRENCY_MIN as ESM_MAX_CONCURRENCY_MIN
 from aijobs.bindings import EVENT_SOURCE_MAPPINGS as EVENT_SOURCE_MAPPINGS
+from aijobs.bindings import KIND_LIMITS, KindLimits, limits_setting
 from aijobs.bindings import ConfigError as ConfigError
 from aijobs.bindings import binding_name as binding_name
 from aijobs.bindings import parse_prices as parse_prices
 from aijobs.bindings import queue_name_of as queue_name_of
 from aijobs.bindings import split_list as split_list
 from aijobs.cron import CronError, CronExpression, parse_cron
-from aijobs.kinds.base import KIND_NAME_PATTERN
+from aijobs.kinds.base import KIND_NAME_PATTERN, Tuning
 from aijobs.provider_plan import (
     CLASSIFY,
     KindPlan,
@@ -178,11 +179,12 @@ FLOW_KEYS = (
 
 
 def event_source_mappings_env(config: StageConfig, mapping_ids: Mapping[str, str]) -> dict[str, str]:
-    """`EVENT_SOURCE_MAPPINGS` from kind -> mapping id (ids may be CDK tokens): none when the stage
-    runs its consumers with reserved concurrency 1, which the controller never adjusts."""
-    if config.consumer_reserved_concurrency:
-        return {EVENT_SOURCE_MAPPINGS: ""}
-    return {EVENT_SOURCE_MAPPINGS: ";".join(f"{kind}={uuid}" for kind, uuid in mapping_ids.items())}
+    """`EVENT_SOURCE_MAPPINGS` from kind -> mapping id (ids may be CDK tokens), leaving out a kind
+    whose consumer runs with reserved concurrency 1 (the stage's or its own): the controller never
+    adjusts it."""
+    governed = config.governed_kinds
+    entries = [f"{kind}={uuid}" for kind, uuid in mapping_ids.items() if kind in governed]
+    return {EVENT_SOURCE_MAPPINGS: ";".join(entries)}
 
 
 def dead_letter_queues_env(dlq_names: Mapping[str, str]) -> dict[str, str]:
@@ -199,6 +201,58 @@ def queue_name_from_resource(stage: str, resource_name: str) -> str | None:
     if not resource_name.startswith(prefix):
         return None
     return resource_name[len(prefix) :].removesuffix(DLQ_SUFFIX) or None
+
+
+@dataclass(frozen=True)
+class QueueTuning:
+    """One kind's queue and consumer: the stage's values with the kind's own (aijobs.kinds.base.Tuning)."""
+
+    kind: str
+    timeout_seconds: int
+    memory_mb: int
+    max_retries: int
+    batch_size: int
+    batch_window_seconds: int
+    # At most this many consumer instances (None: no cap below the mapping's maximum).
+    max_concurrency: int | None
+    lease_seconds: int
+
+    @property
+    def max_attempts(self) -> int:
+        return self.max_retries + 1
+
+    @property
+    def max_receive_count(self) -> int:
+        """Receives before SQS moves a message to the DLQ: the attempt budget (first attempt plus
+        retries) plus headroom, so the row's budget, not SQS, decides (see RECEIVE_HEADROOM)."""
+        return self.max_attempts + RECEIVE_HEADROOM
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        """AWS guidance for SQS-triggered Lambdas: at least 6 x the function timeout + the window."""
+        return 6 * self.timeout_seconds + self.batch_window_seconds
+
+    @property
+    def esm_max_concurrency(self) -> int | None:
+        """`MaximumConcurrency` on the consumer's event-source mapping (None: unlimited or 1)."""
+        if self.max_concurrency is None or self.max_concurrency < ESM_MAX_CONCURRENCY_MIN:
+            return None
+        return self.max_concurrency
+
+    @property
+    def reserved_concurrency(self) -> int | None:
+        """A cap of 1 cannot be a MaximumConcurrency (minimum 2): it is reserved concurrency 1 on the
+        consumer function, and the adaptive controller leaves the kind alone."""
+        return 1 if self.max_concurrency == 1 else None
+
+    @property
+    def limits(self) -> KindLimits:
+        """What the cron knows of the kind (KIND_LIMITS)."""
+        return KindLimits(
+            attempts=self.max_attempts,
+            lease=self.lease_seconds,
+            ceiling=self.max_concurrency or ESM_MAX_CONCURRENCY_MAX,
+        )
 
 
 @dataclass(frozen=True)
@@ -243,6 +297,8 @@ class StageConfig:
     # Declared kinds this stage does not deploy (SKIP_KINDS): saying so is what keeps a kind added
     # to aijobs/kinds/ from being forgotten by a stage (aijobs_cdk.stage.check_registrations).
     skip_kinds: tuple[str, ...] = ()
+    # The Tuning of each configured kind whose declaration has one (read when the config is parsed).
+    kind_tuning: tuple[tuple[str, Tuning], ...] = ()
     # Provider and model per kind (plus `classify`); see aijobs.provider_plan.
     provider_plans: tuple[KindPlan, ...] = ()
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
@@ -331,17 +387,18 @@ class StageConfig:
         return tuple(dict.fromkeys(linked))
 
     def consumer_settings_env(self, kind: str) -> dict[str, str]:
+        tuning = self.queue_tuning(kind)
         return {
             "LINKED_QUEUES": ";".join(self.linked_queues(kind)),
             "STUCK_QUEUED_SECONDS": str(self.stuck_queued_seconds),
-            "MAX_RETRIES": str(self.max_retries),
+            "MAX_RETRIES": str(tuning.max_retries),
             "PROVIDER": self.plan(kind).provider,
             **self._provider_env(),
             "RETRY_BASE_DELAY_SECONDS": str(self.retry_base_delay_seconds),
             "RETRY_MAX_DELAY_SECONDS": str(self.retry_max_delay_seconds),
             "THROTTLE_DELAY_SECONDS": str(self.throttle_delay_seconds),
             "PROVIDER_RECHECK_SECONDS": str(self.provider_recheck_seconds),
-            "JOB_LEASE_SECONDS": str(self.lease_seconds),
+            "JOB_LEASE_SECONDS": str(tuning.lease_seconds),
             **self.spend_env(),
             "TENANT_MAX_RUNNING": str(self.tenant_max_running),
             "TENANT_HOLD_SECONDS": str(self.tenant_hold_seconds),
@@ -381,6 +438,8 @@ class StageConfig:
             # Adaptive concurrency: its ceiling (empty: the mapping's maximum) and thresholds.
             "QUEUE_MAX_CONCURRENCY": str(self.queue_max_concurrency or ""),
             **{key: str(getattr(self, key.lower())) for key in FLOW_KEYS},
+            # Per kind (a kind's declaration may change them): attempts, lease, concurrency ceiling.
+            KIND_LIMITS: limits_setting({kind: self.queue_tuning(kind).limits for kind in self.queue_names}),
             # The weekly model check: every model the stage's kinds may call.
             **plans_setting(self.provider_plans),
         }
@@ -390,10 +449,35 @@ class StageConfig:
         """Queue name -> binding name (`Q_...`)."""
         return {name: binding_name(name) for name in self.queue_names}
 
+    def queue_tuning(self, kind: str) -> QueueTuning:
+        """A kind's queue and consumer: the stage's values, changed where its declaration says
+        (aijobs.kinds.base.Tuning). A workflow or an undeclared name keeps the stage's."""
+        own = dict(self.kind_tuning).get(kind)
+        timeout = _tuned(own, "timeout_seconds", self.consumer_timeout_seconds)
+        caps = [cap for cap in (self.queue_max_concurrency, own and own.max_concurrency) if cap]
+        # The stage's JOB_LEASE_SECONDS where it covers the kind's timeout, else the timeout plus the
+        # margin: a consumer still running must never lose its job.
+        stage_lease = self.job_lease_seconds
+        lease = stage_lease if stage_lease >= timeout else timeout + LEASE_MARGIN_SECONDS
+        return QueueTuning(
+            kind=kind,
+            timeout_seconds=timeout,
+            memory_mb=_tuned(own, "memory_mb", self.consumer_memory_mb),
+            max_retries=_tuned(own, "max_retries", self.max_retries),
+            batch_size=_tuned(own, "batch_size", self.batch_size),
+            batch_window_seconds=self.batch_window_seconds,
+            max_concurrency=min(caps) if caps else None,
+            lease_seconds=lease,
+        )
+
+    @property
+    def governed_kinds(self) -> tuple[str, ...]:
+        """Kinds whose mapping the adaptive controller sizes (not those at reserved concurrency 1)."""
+        return tuple(kind for kind in self.queue_names if not self.queue_tuning(kind).reserved_concurrency)
+
     @property
     def max_receive_count(self) -> int:
-        """Receives before SQS moves a message to the DLQ: the attempt budget (first attempt plus
-        retries) plus headroom, so the row's budget, not SQS, decides (see RECEIVE_HEADROOM)."""
+        """The stage's maxReceiveCount (a kind's own: QueueTuning.max_receive_count)."""
         return self.max_retries + 1 + RECEIVE_HEADROOM
 
     @property
@@ -404,12 +488,12 @@ class StageConfig:
 
     @property
     def visibility_timeout_seconds(self) -> int:
-        """AWS guidance for SQS-triggered Lambdas: at least 6 x the function timeout + the window."""
+        """The stage's visibility timeout (a kind's own: QueueTuning.visibility_timeout_seconds)."""
         return 6 * self.consumer_timeout_seconds + self.batch_window_seconds
 
     @property
     def esm_max_concurrency(self) -> int | None:
-        """`MaximumConcurrency` on each consumer's event-source mapping (None: unlimited or 1)."""
+        """The stage's `MaximumConcurrency` (None: unlimited or 1); a kind's own is in queue_tuning."""
         if self.queue_max_concurrency is None or self.queue_max_concurrency < ESM_MAX_CONCURRENCY_MIN:
             return None
         return self.queue_max_concurrency
@@ -417,8 +501,20 @@ class StageConfig:
     @property
     def consumer_reserved_concurrency(self) -> int | None:
         """`QUEUE_MAX_CONCURRENCY=1` cannot be a MaximumConcurrency (minimum 2), so it becomes
-        reserved concurrency 1 on the consumer function."""
+        reserved concurrency 1 on every consumer function."""
         return 1 if self.queue_max_concurrency == 1 else None
+
+
+def _declared_tuning(queue_names: tuple[str, ...]) -> tuple[tuple[str, Tuning], ...]:
+    from aijobs.kinds.registry import kind as declaration
+
+    found = ((name, declaration(name)) for name in queue_names)
+    return tuple((name, kind.tuning) for name, kind in found if kind is not None and kind.tuning != Tuning())
+
+
+def _tuned(own: Tuning | None, name: str, stage_value: int) -> int:
+    value = getattr(own, name, None) if own is not None else None
+    return stage_value if value is None else value
 
 
 def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageConfig:
@@ -469,6 +565,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         provider=_default_provider(stage, values.get("PROVIDER")),
         kind_prices=_prices(values.get("KIND_PRICES"), queue_names),
         skip_kinds=split_list(values.get("SKIP_KINDS")),
+        kind_tuning=_declared_tuning(queue_names),
         provider_plans=plans,
         openai_base_url=_openai_base_url(stage, values.get("OPENAI_BASE_URL")),
         openai_secret_name=_secret_name(values.get("OPENAI_SECRET_NAME")),
@@ -505,7 +602,40 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
             f"{config.visibility_timeout_seconds}s (6 x timeout + window), above the SQS maximum of "
             f"{SQS_VISIBILITY_MAX_SECONDS}s"
         )
+    for name, _ in config.kind_tuning:
+        _check_tuning(config, name)
     return config
+
+
+# A kind's Tuning field -> the stage key it overrides (and whose bounds it keeps).
+TUNING_KEYS = {
+    "timeout_seconds": "CONSUMER_TIMEOUT_SECONDS",
+    "memory_mb": "CONSUMER_MEMORY_MB",
+    "max_retries": "MAX_RETRIES",
+    "batch_size": "BATCH_SIZE",
+}
+
+
+def _check_tuning(config: StageConfig, kind: str) -> None:
+    """A kind's own tuning within the bounds of the keys it overrides, and what it implies."""
+    own = dict(config.kind_tuning).get(kind)
+    if own is None:
+        return
+    where = f"kind {kind!r} (aijobs/kinds/{kind.replace('-', '_')}.py) tuning"
+    bounds = {
+        name: (INT_KEYS[key].low, INT_KEYS[key].high, f" (as {key})") for name, key in TUNING_KEYS.items()
+    }
+    bounds["max_concurrency"] = (1, ESM_MAX_CONCURRENCY_MAX, "")
+    for name, (low, high, note) in bounds.items():
+        value = getattr(own, name)
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if value is not None and not (whole and low <= value <= high):
+            raise ConfigError(f"{where}: {name}={value!r} must be a whole number from {low} to {high}{note}")
+    tuning = config.queue_tuning(kind)
+    if tuning.batch_size > 10 and tuning.batch_window_seconds < 1:
+        raise ConfigError(
+            f"{where}: batch_size={tuning.batch_size} above 10 needs BATCH_WINDOW_SECONDS of at least 1"
+        )
 
 
 def declared_price(kind: str) -> int:

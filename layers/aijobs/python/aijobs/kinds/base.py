@@ -2,7 +2,8 @@
 
 A kind is the team's task: which capability it asks of a provider (aijobs.providers.base), its
 prompt, its options and output as pydantic models, its models (default per provider, allowed,
-fallbacks), its input limits and its price. A provider never knows the
+fallbacks), its input limits, its price and where its queue and consumer differ from the stage's
+(`tuning`: timeout, memory, retries, batch size, concurrency). A provider never knows the
 kind; the kind turns a job into one capability request (`build`) and the answer into the job's
 output (`shape`). Both have defaults per capability, so most kinds are only a declaration.
 
@@ -119,6 +120,26 @@ class KindInput:
     raw: Any = None
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """What a kind changes about its own queue and consumer; None keeps the stage's value.
+
+    Each field overrides one stage key for this kind only, within that key's bounds (checked at
+    synth, naming the kind): `timeout_seconds` CONSUMER_TIMEOUT_SECONDS (and so the queue's
+    visibility timeout and the job lease), `memory_mb` CONSUMER_MEMORY_MB, `max_retries`
+    MAX_RETRIES (and so the queue's maxReceiveCount), `batch_size` BATCH_SIZE. `max_concurrency`
+    caps the kind's consumer instances (the event-source mapping's MaximumConcurrency, and the
+    ceiling the adaptive controller widens to; 1 is reserved concurrency 1); a stage's
+    QUEUE_MAX_CONCURRENCY, when lower, still wins.
+    """
+
+    timeout_seconds: int | None = None
+    memory_mb: int | None = None
+    max_retries: int | None = None
+    batch_size: int | None = None
+    max_concurrency: int | None = None
+
+
 # `build(kind, input, options) -> keyword arguments of the capability's request` (without `call`);
 # `shape(result, options) -> the job's output` (a JSON-able value).
 BuildFn = Callable[["Kind", KindInput, Any], dict[str, Any]]
@@ -153,6 +174,9 @@ class Kind:
     patience: int = 2
     # Credits a job of this kind costs (a stage's KIND_PRICES may override it).
     price: int = 1
+    # Its queue and consumer where they differ from the stage's (timeout, memory, retries, batch
+    # size, concurrency); see Tuning.
+    tuning: Tuning = Tuning()
     # A synchronous kind runs in the API (`POST /classify`), not on a queue.
     sync: bool = False
     # An input that shows what the kind takes (the docs, the OpenAPI example, sample events and

@@ -6,7 +6,7 @@ life on 2026-09-30); Stable Image Core is the default, Ultra and SD 3.5 Large ma
 
 from __future__ import annotations
 
-from aijobs.kinds.base import Inputs, Kind
+from aijobs.kinds.base import Inputs, Kind, Tuning
 
 KIND = Kind(
     name="image-generate",
@@ -17,4 +17,7 @@ KIND = Kind(
     allowed_models={"bedrock": ("stability.stable-image-ultra-v1:1", "stability.sd3-5-large-v1:0")},
     inputs=Inputs(fields=("prompt", "text"), max_chars=4_000),
     price=5,
+    # Up to four images of several seconds each: one job per consumer invocation, so no job waits
+    # behind another's images and a batch never runs into the consumer's timeout.
+    tuning=Tuning(batch_size=1),
 )

@@ -46,7 +46,7 @@ def run_concurrency_control(run: CronRun, ctx: CronContext) -> dict[str, Any]:
 def _control_kind(ctx: CronContext, records: FlowRecords, kind: str, mapping_id: str) -> dict[str, Any]:
     assert ctx.control is not None
     now = ctx.clock()
-    settings: FlowSettings = ctx.flow
+    settings: FlowSettings = ctx.flow_of(kind)
     counts, state = records.read(kind, now - settings.lookback)
     current = ctx.control.max_concurrency(mapping_id)
     step = next_step(

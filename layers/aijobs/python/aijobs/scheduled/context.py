@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from aijobs.alerts import Alerts
+from aijobs.bindings import KindLimits
 from aijobs.flow import FlowSettings
 from aijobs.mappings import ConsumerControl
 from aijobs.provider_plan import KindPlan
@@ -49,3 +50,21 @@ class CronContext:
     # Bedrock's control plane in the function's own region (created when first called).
     plans: dict[str, KindPlan] = field(default_factory=dict)
     bedrock: Callable[[], Any] | None = None
+    # Kinds whose declaration changes the stage's attempt budget, lease or concurrency ceiling
+    # (KIND_LIMITS); a kind not listed has `max_attempts`, `lease` and `flow.ceiling`.
+    limits: dict[str, KindLimits] = field(default_factory=dict)
+
+    def max_attempts_of(self, kind: str) -> int:
+        own = self.limits.get(kind)
+        return own.attempts if own is not None else self.max_attempts
+
+    def lease_of(self, kind: str) -> timedelta:
+        own = self.limits.get(kind)
+        return timedelta(seconds=own.lease) if own is not None else self.lease
+
+    def flow_of(self, kind: str) -> FlowSettings:
+        """The controller's thresholds for a kind, with its own ceiling (never above the stage's)."""
+        own = self.limits.get(kind)
+        if own is None:
+            return self.flow
+        return replace(self.flow, ceiling=min(own.ceiling, self.flow.ceiling))

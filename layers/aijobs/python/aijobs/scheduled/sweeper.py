@@ -60,11 +60,11 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
 def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
     now = ctx.clock()
     if job.awaiting_provider:
-        if not store.touch(job, now=now, hold=ctx.recheck + ctx.lease):
+        if not store.touch(job, now=now, hold=ctx.recheck + ctx.lease_of(job.kind)):
             return "skipped"
         _send(ctx, job)
         return "recheck_resent"
-    if job.attempts >= ctx.max_attempts:
+    if job.attempts >= ctx.max_attempts_of(job.kind):
         return _finalize(store, ctx, job, LEASE_EXPIRED)
     if not store.release_expired_lease(job, now=now, error_class=LEASE_EXPIRED):
         return "skipped"
@@ -78,7 +78,7 @@ def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
         # Its retry is not overdue yet (a long back-off or a provider's Retry-After): the message
         # is still waiting in the queue. Only a retry that is late by `stuck_after` is re-sent.
         return NOT_DUE
-    if job.attempts >= ctx.max_attempts:
+    if job.attempts >= ctx.max_attempts_of(job.kind):
         return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED)
     if not store.touch(job, now=now):
         return "skipped"

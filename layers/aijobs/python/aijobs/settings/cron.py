@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from aijobs.bindings import ESM_MAX_CONCURRENCY_MAX, EVENT_SOURCE_MAPPINGS
+from aijobs.bindings import (
+    ESM_MAX_CONCURRENCY_MAX,
+    EVENT_SOURCE_MAPPINGS,
+    KIND_LIMITS,
+    KindLimits,
+    parse_limits,
+)
 from aijobs.provider_plan import kind_pairs
 from aijobs.settings import _WebhookQueueSettings, register_getter
 from aijobs.settings.parts import _PlanSettings, _QueueSettings
@@ -35,11 +41,18 @@ class CronSettings(_QueueSettings, _WebhookQueueSettings, _PlanSettings):
     concurrency_cooldown_seconds: int = Field(validation_alias="CONCURRENCY_COOLDOWN_SECONDS", ge=0)
     concurrency_quiet_seconds: int = Field(validation_alias="CONCURRENCY_QUIET_SECONDS", ge=0)
     concurrency_step: int = Field(validation_alias="CONCURRENCY_STEP", ge=1)
+    # Per kind: attempt budget, lease and concurrency ceiling (a kind's declaration may change them).
+    kind_limits: dict[str, KindLimits] = Field(validation_alias=KIND_LIMITS, default_factory=dict)
 
     @field_validator("event_source_mappings", mode="before")
     @classmethod
     def _parse_mappings(cls, value: Any) -> Any:
         return kind_pairs(EVENT_SOURCE_MAPPINGS, value) if isinstance(value, str) else value
+
+    @field_validator("kind_limits", mode="before")
+    @classmethod
+    def _parse_limits(cls, value: Any) -> Any:
+        return parse_limits(value) if isinstance(value, str) else value
 
     @field_validator("queue_max_concurrency", mode="before")
     @classmethod
