@@ -584,8 +584,10 @@ def cancel(
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Cancel one of your jobs: it ends failed_final (`cancelled`) and its unused credits are
-    refunded; a workflow's children that have not started never run."""
+    """Cancel one of your jobs. One not running ends failed_final (`cancelled`), refunded; a
+    workflow's children that have not started never run. One whose attempt is running stays
+    `running` with the cancel recorded: that attempt finishes (charged if it succeeds), and the
+    job is never tried again."""
     job = _api(_target(info_file, api_url, api_key), "POST", _job_path(job_id, "/cancel"))
     _emit(job, as_json, lambda j: out.print(escape(job_line(j))))
 

@@ -16,7 +16,7 @@ KINDS = "summary;embedding;tts-generate"
 EXPECTED: dict[tuple[str, str], tuple[str, set[int]]] = {
     ("/jobs", "post"): ("createJob", {202, 400, 401, 402, 409, 413, 415, 422, 429, 500, 503}),
     ("/jobs/{job_id}", "get"): ("getJob", {200, 401, 404, 422, 500}),
-    ("/jobs/{job_id}/cancel", "post"): ("cancelJob", {200, 401, 404, 409, 422, 500}),
+    ("/jobs/{job_id}/cancel", "post"): ("cancelJob", {200, 202, 401, 404, 409, 422, 500, 503}),
     ("/jobs/{job_id}/children", "get"): ("listJobChildren", {200, 400, 401, 404, 422, 500}),
     ("/jobs", "get"): ("listJobs", {200, 400, 401, 422, 500}),
     ("/credits", "get"): ("getCredits", {200, 401, 422, 500}),

@@ -66,6 +66,9 @@ class Job(BaseModel):
     next_attempt_at: datetime | None = None
     # Set by each claim; only the holder of the current claim may finish the attempt.
     claim_id: str | None = None
+    # When its owner cancelled the job while an attempt was running (aijobs.api.service.cancel):
+    # that attempt finishes (charged if it succeeds), and the job is never tried again.
+    cancel_requested_at: datetime | None = None
     result: Any = None
     result_ref: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)

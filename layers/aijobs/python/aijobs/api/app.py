@@ -241,10 +241,12 @@ def _responses(
     *errors: int,
     model: type[BaseModel] | None = None,
     headers: dict[str, Any] | None = None,
+    extra: dict[int, str] | None = None,
 ) -> dict[int, OpenAPIResponse]:
     """One operation's documented responses: its success, and every error with the ErrorBody schema.
 
-    Without `model` the success schema comes from the route's return annotation.
+    Without `model` the success schema comes from the route's return annotation. `extra`: other
+    successes (status -> description) with the same schema.
     """
     success: OpenAPIResponse = {"description": description}
     if model is not None:
@@ -252,6 +254,8 @@ def _responses(
     if headers:
         success["headers"] = headers
     documented: dict[int, OpenAPIResponse] = {status: success}
+    for other, text in (extra or {}).items():
+        documented[other] = {**success, "description": text}
     for code in sorted({*_COMMON_ERRORS, *errors}):
         error: OpenAPIResponse = {
             "description": _ERROR_DESCRIPTIONS[code],
@@ -365,11 +369,25 @@ def _seconds_left() -> float:
     summary="Cancel one of your jobs (a workflow's children not started yet never run)",
     operation_id="cancelJob",
     tags=["jobs"],
-    responses=_responses(200, "the job, now failed_final with error class `cancelled`", 404, 409),
-)
-def cancel_job(job_id: str) -> JobView:
+    responses=_responses(
+        200,
+        "the job, now failed_final with error class `cancelled` (refunded)",
+        404, 409, 503,
+        model=JobView,
+        extra={
+            202: "the job's attempt is running: it finishes (charged if it succeeds), then the job is "
+            "never tried again; the job, still running, with `cancelRequestedAt`",
+        },
+    ),
+)  # fmt: skip
+def cancel_job(job_id: str) -> Response[JobView]:
     svc = service()
-    return svc.view(svc.cancel(_principal(), job_id))
+    job = svc.cancel(_principal(), job_id)
+    return Response(
+        status_code=200 if job.status.is_terminal else 202,
+        content_type=content_types.APPLICATION_JSON,
+        body=svc.view(job),
+    )
 
 
 @app.get(

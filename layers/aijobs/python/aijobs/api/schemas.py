@@ -151,7 +151,24 @@ class JobView(ApiModel):
     updatedAt: datetime
     startedAt: datetime | None = None
     finishedAt: datetime | None = None
-    model: str | None = None
+    model: str | None = Field(
+        default=None, description="the model that answered (with fallbacks, the last tried)"
+    )
+    usage: dict[str, int] = Field(
+        default_factory=dict, description="what the model call reported using (tokens, images, seconds...)"
+    )
+    costUsd: float | None = Field(
+        default=None, description="what the model call cost, in USD (reported, or priced from `usage`)"
+    )
+    price: int = Field(default=0, description="the credits the job costs")
+    charge: str | None = Field(
+        default=None, description="its credits: `reserved` (not settled yet), `settled` (charged), `refunded`"
+    )
+    cancelRequestedAt: datetime | None = Field(
+        default=None,
+        description="when its owner cancelled it while an attempt ran (that attempt finishes; the job is "
+        "not tried again)",
+    )
     result: Any = Field(default=None, description="the job's output when small enough to inline")
     resultRef: str | None = Field(default=None, description="S3 key of the result document")
     resultUrl: str | None = Field(default=None, description="short-lived download URL of the result")

@@ -73,6 +73,8 @@ from aijobs.workflows.fanin import after_final
 from aijobs.workflows.registry import workflow as workflow_of
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+# A cancel re-reads a row that changed under it (claimed, retried) at most this many times.
+_CANCEL_TRIES = 4
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 # What `new_job_id` makes (a workflow child adds `.<5-digit index>`): anything else cannot be a job.
 _JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{5})?")
@@ -514,24 +516,43 @@ class JobService:
         )
 
     def cancel(self, principal: Principal, job_id: str) -> Job:
-        """Cancel the caller's job: it ends `failed_final` / `cancelled` and its unused credits are
-        refunded (once). A workflow's children not started yet are never run. Cancelling a job
-        cancelled already answers it again; one that finished otherwise is a 409."""
-        job = self.get(principal, job_id)
+        """Cancel the caller's job (README "Cancelling a job").
+
+        A job not running (queued, waiting to retry, held) ends `failed_final` / `cancelled` at
+        once, refunded in full (once); a workflow's children not started yet are never run. A job
+        whose attempt is running cannot recall its model call: the row is marked, the attempt
+        finishes, and the job is never tried again. It ends `succeeded` and charged if that
+        attempt succeeds (the model worked and was paid for, so its result is delivered), else
+        `cancelled` and refunded; the answer is the row still `running`, with `cancelRequestedAt`.
+        Cancelling a job cancelled already answers it again; one that finished otherwise is a 409.
+        """
         store = self._store(principal)
-        if not job.status.is_terminal:
-            try:
-                job = store.fail_final(
-                    job, now=self.clock(), error_class=CANCELLED, message="cancelled by its owner",
-                    own_claim=False,
-                )  # fmt: skip
-                after_final(store, self.queues, job, self.clock())
-                logger.info("job cancelled", extra={"jobId": job.job_id, "kind": job.kind})
-                return job
-            except TransitionConflict:
-                job = self.get(principal, job_id)  # it finished meanwhile
+        job = self.get(principal, job_id)
+        for _ in range(_CANCEL_TRIES):
+            if job.status.is_terminal:
+                break
+            if job.status is JobStatus.RUNNING and not job.is_parent:
+                requested = store.request_cancel(job, now=self.clock())
+                if requested is not None:
+                    logger.info("cancel requested of a running job", extra={"jobId": job.job_id})
+                    return requested
+            else:
+                try:
+                    # Only from the state read: a consumer that claimed the job since owns it now.
+                    job = store.fail_final(
+                        job, now=self.clock(), error_class=CANCELLED, message="cancelled by its owner",
+                        own_claim=False, only_from=() if job.is_parent else (job.status,),
+                    )  # fmt: skip
+                    after_final(store, self.queues, job, self.clock())
+                    logger.info("job cancelled", extra={"jobId": job.job_id, "kind": job.kind})
+                    return job
+                except TransitionConflict:
+                    pass
+            job = self.get(principal, job_id)  # it moved on meanwhile: decide again
         if job.status is JobStatus.FAILED_FINAL and job.last_error_class == CANCELLED:
             return job
+        if not job.status.is_terminal:
+            raise ServiceUnavailableError("the job kept changing while it was being cancelled: try again")
         raise ConflictError(
             f"job {job_id} already finished ({job.status.value})",
             code="job_finished",
@@ -588,6 +609,11 @@ class JobService:
             startedAt=job.started_at,
             finishedAt=job.finished_at,
             model=job.model,
+            usage=job.usage,
+            costUsd=job.cost,
+            price=job.price,
+            charge=job.charge_state,
+            cancelRequestedAt=job.cancel_requested_at,
             result=job.result.get("output") if isinstance(job.result, dict) else None,
             resultRef=job.result_ref,
             resultUrl=self.results.download_url(job.result_ref) if job.result_ref else None,

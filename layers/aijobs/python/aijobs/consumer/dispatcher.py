@@ -389,8 +389,33 @@ class Consumer:
             else:
                 self._succeeded(store, job, result, time.monotonic() - started)
         except TransitionConflict:
+            if self._end_cancelled(store, job):
+                return
             # The lease expired and another consumer took the job, or an operator finalized it.
             logger.warning("job changed under this attempt: outcome dropped, message acknowledged")
+
+    def _end_cancelled(self, store: JobStore, job: Job) -> bool:
+        """The owner cancelled the job while this attempt ran and the attempt failed: the job ends
+        `cancelled`, refunded (a success would have been kept and charged), never retried."""
+        current = store.get(job.user_id, job.job_id)
+        if (
+            current is None
+            or current.status is not JobStatus.RUNNING
+            or current.claim_id != job.claim_id
+            or current.cancel_requested_at is None
+        ):
+            return False
+        try:
+            finished = store.fail_final(
+                current, now=self.clock(), error_class=CANCELLED,
+                message="cancelled by its owner while an attempt ran; the attempt failed: refunded",
+            )  # fmt: skip
+        except TransitionConflict:
+            return False
+        after_final(store, self.queues, finished, self.clock())
+        emit(METRIC_FAILED_FINAL, kind=job.kind, error_class=CANCELLED)
+        logger.info("cancelled job's attempt failed: job cancelled and refunded")
+        return True
 
     def _succeeded(self, store: JobStore, job: Job, result: ProviderResult, seconds: float) -> None:
         result_ref, inline = self.results.write(

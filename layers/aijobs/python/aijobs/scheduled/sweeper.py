@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from aijobs.domain import Job, JobStatus, QueueMessage
-from aijobs.errors import TransitionConflict
+from aijobs.errors import CANCELLED, TransitionConflict
 from aijobs.observability import METRIC_SWEPT, emit, logger
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
@@ -64,6 +64,11 @@ def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
             return "skipped"
         _send(ctx, job)
         return "recheck_resent"
+    if job.cancel_requested_at is not None:
+        # Its owner cancelled it and its attempt never reported: it ends cancelled, refunded.
+        return _finalize(
+            store, ctx, job, CANCELLED, "cancelled by its owner; its attempt never finished (refunded)"
+        )
     if job.attempts >= ctx.max_attempts_of(job.kind):
         return _finalize(store, ctx, job, LEASE_EXPIRED)
     if not store.release_expired_lease(job, now=now, error_class=LEASE_EXPIRED):
@@ -86,13 +91,19 @@ def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
     return "resent"
 
 
-def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str) -> str:
+def _finalize(
+    store: JobStore,
+    ctx: CronContext,
+    job: Job,
+    error_class: str,
+    message: str = "attempt budget spent (found by the sweeper)",
+) -> str:
     try:
         finished = store.fail_final(
             job,
             now=ctx.clock(),
             error_class=error_class,
-            message="attempt budget spent (found by the sweeper)",
+            message=message,
             own_claim=False,
         )
     except TransitionConflict:

@@ -464,13 +464,15 @@ class JobStore:
     def fail_retryable(
         self, job: Job, *, now: datetime, error_class: str, message: str, retry_at: datetime | None = None
     ) -> None:
-        """A failed attempt that may be retried, not before `retry_at` (back-off or Retry-After)."""
+        """A failed attempt that may be retried, not before `retry_at` (back-off or Retry-After).
+        TransitionConflict when the claim was lost or the owner cancelled the job meanwhile (the
+        caller then ends it as cancelled: a cancelled job is never tried again)."""
         log_sets, log_values = _attempt_log_update(job, now, JobStatus.FAILED_RETRYABLE, error_class, message)
         self._transition_quietly(
             job,
             JobStatus.FAILED_RETRYABLE,
             now,
-            condition=_OWN_CLAIM,
+            condition=f"{_OWN_CLAIM} AND attribute_not_exists(cancel_requested_at)",
             sets={
                 "last_error_class": error_class,
                 "last_error_message": _clip(message),
@@ -491,15 +493,21 @@ class JobStore:
         dead_lettered: bool = False,
         own_claim: bool = True,
         callback: bool = True,
+        only_from: Sequence[JobStatus] = (),
     ) -> Job:
         """Finalize a job, refunding its reserved credits in the same transaction (exactly once).
 
         From the consumer (`own_claim`), only the claim holder may finalize; from the DLQ consumer,
         the sweeper, an operator or a cancel, any job that has not finished may. `callback=False`:
-        no webhook for this outcome (a job whose submit was answered with an error).
+        no webhook for this outcome (a job whose submit was answered with an error). `only_from`:
+        only while the row is still in one of these states (a cancel finalizes a job only if no
+        consumer claimed it since it was read).
         """
         if own_claim:
             condition, values = _OWN_CLAIM, _claim_values(job)
+        elif only_from:
+            names = {f":from{index}": status.value for index, status in enumerate(only_from)}
+            condition, values = f"attribute_exists(pk) AND #status IN ({', '.join(names)})", names
         else:
             condition = "attribute_exists(pk) AND NOT #status IN (:succeeded, :final)"
             values = {":succeeded": JobStatus.SUCCEEDED.value, ":final": JobStatus.FAILED_FINAL.value}
@@ -640,11 +648,31 @@ class JobStore:
                 "started_at",
                 "recheck_id",
                 "next_attempt_at",
+                "cancel_requested_at",
                 *CALLBACK_ATTRIBUTES,
             ),
         )
         assert updated is not None
         return updated
+
+    def request_cancel(self, job: Job, *, now: datetime) -> Job | None:
+        """Mark a `running` job cancelled by its owner (the first request's time is kept). The
+        attempt under way cannot be recalled: it finishes, and then the job is never tried again.
+        None when the row is no longer running (it finished, or its attempt failed meanwhile)."""
+        try:
+            response = self._table.update_item(
+                Key={PK: user_pk(job.user_id), SK: job_sk(job.job_id)},
+                UpdateExpression="SET cancel_requested_at = if_not_exists(cancel_requested_at, :now)",
+                ConditionExpression="#status = :running",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={":now": iso(now), ":running": JobStatus.RUNNING.value},
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return None
+        return _from_item(response["Attributes"])
 
     def release_expired_lease(self, job: Job, *, now: datetime, error_class: str) -> bool:
         """`running` whose lease expired (its consumer died) -> `failed_retryable`; False if it moved on."""
@@ -1375,6 +1403,7 @@ def _from_item(item: dict[str, Any]) -> Job:
         recheck_id=item.get("recheck_id"),
         next_attempt_at=moment("next_attempt_at"),
         claim_id=item.get("claim_id"),
+        cancel_requested_at=moment("cancel_requested_at"),
         result=json.loads(item["result_json"]) if "result_json" in item else None,
         result_ref=item.get("result_ref"),
         usage=json.loads(item.get("usage_json", "{}")),
