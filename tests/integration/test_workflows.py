@@ -648,48 +648,103 @@ def test_a_dead_lettered_child_counts_as_failed_and_the_dlq_list_names_its_paren
     assert net_charge(stage, job_id) == 5
 
 
-def test_cancel_half_way_never_runs_the_rest_and_refunds_once(stage: Stage, api: Call) -> None:
+def test_cancel_half_way_never_runs_the_rest_and_charges_every_child_that_succeeded(
+    stage: Stage, api: Call
+) -> None:
+    """Issue 24 point 2: the tenant cancels while a child is mid-call. That child finishes and is
+    charged; the children not started never run; the parent ends cancelled once no child runs."""
     before = balance(stage)
     job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"picture {n}" for n in range(8)]}})
     poll(stage, "image-batch")
     assert poll(stage, "image-generate", max_messages=3) == 3
-    store = stage.store_for("alice")
-    running = store.claim(  # a child already running when the cancel comes
-        stage.job_by_id("alice", child_job_id(job_id, 7)),
-        now=stage.clock(),
-        lease=timedelta(minutes=1),
-        max_attempts=4,
-    )
-    assert running is not None
+    answers: list[tuple[int, Any]] = []
+    stage.provider.before_run = lambda _request: answers.append(api("POST", f"/jobs/{job_id}/cancel"))
+    assert poll(stage, "image-generate", max_messages=1) == 1  # the cancel comes during this call
 
-    status, view = api("POST", f"/jobs/{job_id}/cancel")
-    assert status == 200, view
-    assert (view["status"], view["lastErrorClass"]) == ("failed_final", "cancelled")
-    assert net_charge(stage, job_id) == 5 * 3  # the three images made; the other five refunded
-    status, again = api("POST", f"/jobs/{job_id}/cancel")  # idempotent
-    assert status == 200
-    assert again["finishedAt"] == view["finishedAt"]
+    ((status, view),) = answers
+    assert status == 202, view
+    assert (view["status"], view["phase"]) == ("running", "children")
+    assert view["cancelRequestedAt"] is not None
+    status, again = api("POST", f"/jobs/{job_id}/cancel")  # idempotent while it settles
+    assert (status, again["cancelRequestedAt"]) == (202, view["cancelRequestedAt"])
 
     calls_before = dict(stage.provider.calls)
     run_until_idle(stage)
     kids = {kid.part: kid for kid in children(stage, job_id)}
-    for index in range(3, 7):  # never run, finalized as cancelled on arrival
+    assert kids[3].status is JobStatus.SUCCEEDED  # it was running: it finished
+    for index in range(4, 8):  # never run, finalized as cancelled on arrival
         assert (kids[index].status, kids[index].last_error_class) == (JobStatus.FAILED_FINAL, "cancelled")
         assert kids[index].job_id not in calls_before
         assert kids[index].job_id not in stage.provider.calls
-    # The running child may finish; the parent stays cancelled, nothing is merged or charged.
-    store.succeed(running, now=stage.clock(), result=None, result_ref=None, model=None, usage={}, cost=None)
     done = parent(stage, job_id)
     assert (done.status, done.last_error_class) == (JobStatus.FAILED_FINAL, "cancelled")
     assert done.result is None
     assert job_id not in stage.provider.calls
-    assert before - balance(stage) == 5 * 3
+    # Every image made is charged (5 credits each), nothing else: no free in-flight child.
+    assert net_charge(stage, job_id) == 5 * 4
+    assert before - balance(stage) == 5 * 4
     ledger_holds(stage)
+    status, final = api("POST", f"/jobs/{job_id}/cancel")
+    assert (status, final["status"], final["lastErrorClass"]) == (200, "failed_final", "cancelled")
     # A job that finished otherwise cannot be cancelled.
     plain = submit(api, {"kind": "summary", "input": "One sentence. Another one."})
     run_until_idle(stage)
     status, answer = api("POST", f"/jobs/{plain}/cancel")
     assert (status, answer["code"]) == (409, "job_finished")
+
+
+def test_cancel_during_the_split_makes_no_more_children_and_refunds_the_parts_never_made(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aijobs.workflows import runner
+
+    monkeypatch.setattr(runner, "SPLIT_SLICE", 100)
+    before = balance(stage)
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": [f"p{n}" for n in range(250)]}})
+    poll(stage, "image-batch")  # the first 100 children are written; the split continues later
+    assert parent(stage, job_id).children_split == 100
+    status, view = api("POST", f"/jobs/{job_id}/cancel")
+    assert (status, view["phase"]) == (202, "split")
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert (done.status, done.last_error_class) == (JobStatus.FAILED_FINAL, "cancelled")
+    assert (done.children_total, done.children_split) == (100, 100)
+    assert len(children(stage, job_id)) == 100
+    # No child ran (none had started), so nothing is charged.
+    assert not any(kid.job_id in stage.provider.calls for kid in children(stage, job_id))
+    assert balance(stage) == before
+    ledger_holds(stage)
+
+
+def test_a_child_running_when_the_policy_fails_its_parent_is_charged(stage: Stage, api: Call) -> None:
+    """More children failed than allowed: the parent fails, but not before the child running
+    then has finished (else it would finish after the parent settled, free)."""
+    job_id = submit(
+        api,
+        {"kind": "image-batch", "input": {"prompts": ["fine one", "#fail:400 refused", "fine two"]}},
+    )
+    poll(stage, "image-batch")
+    merged_meanwhile: list[int] = []
+
+    def meanwhile(_request: Any) -> None:
+        # While part 0 is mid-call: part 1 fails for good, then the parent's queue is served.
+        assert poll(stage, "image-generate", max_messages=1) == 1
+        failing = parent(stage, job_id)
+        assert failing.children_failed > failing.failures_allowed
+        merged_meanwhile.append(poll(stage, "image-batch"))
+
+    stage.provider.before_run = meanwhile
+    assert poll(stage, "image-generate", max_messages=1) == 1
+    assert merged_meanwhile == [0]  # no merge step while a child still ran
+    run_until_idle(stage)
+    done = parent(stage, job_id)
+    assert (done.status, done.last_error_class) == (JobStatus.FAILED_FINAL, "children_failed")
+    kids = {kid.part: kid for kid in children(stage, job_id)}
+    assert kids[0].status is JobStatus.SUCCEEDED
+    assert (kids[2].status, kids[2].last_error_class) == (JobStatus.FAILED_FINAL, "cancelled")  # stopped
+    assert kids[2].job_id not in stage.provider.calls
+    assert net_charge(stage, job_id) == 5  # the one image made
+    ledger_holds(stage)
 
 
 def test_cancel_a_plain_queued_job_refunds_it_and_it_never_runs(stage: Stage, api: Call) -> None:
@@ -733,6 +788,10 @@ def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_a
         directory=stage.directory, queues=JobQueues(stage.sqs, stage.resources.queue_urls), clock=stage.clock
     )
     calls = dict(stage.provider.calls)
+    # The failed child, and the siblings it stopped before they started (the parent was failing).
+    not_succeeded = [kid.job_id for kid in children(stage, job_id) if kid.status is not JobStatus.SUCCEEDED]
+    assert child_job_id(job_id, 1) in not_succeeded
+    assert child_job_id(job_id, 0) not in not_succeeded
     reopened = operator.rerun("alice", job_id)
     assert reopened.status is JobStatus.RUNNING
     assert reopened.phase == "children"
@@ -741,7 +800,7 @@ def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_a
     assert done.status is JobStatus.SUCCEEDED, done.last_error_message
     assert (done.children_succeeded, done.children_failed) == (4, 0)
     rerun = [key for key in stage.provider.calls if stage.provider.calls[key] != calls.get(key)]
-    assert rerun == [child_job_id(job_id, 1)]  # only the failed child ran again
+    assert sorted(rerun) == sorted(not_succeeded)  # only the children that had not succeeded ran again
     assert len(done.result["output"]["images"]) == 4
     assert done.result["output"]["missingParts"] == []
     assert net_charge(stage, job_id) == charged  # an operator re-run is not charged again

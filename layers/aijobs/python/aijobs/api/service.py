@@ -519,19 +519,21 @@ class JobService:
         """Cancel the caller's job (README "Cancelling a job").
 
         A job not running (queued, waiting to retry, held) ends `failed_final` / `cancelled` at
-        once, refunded in full (once); a workflow's children not started yet are never run. A job
-        whose attempt is running cannot recall its model call: the row is marked, the attempt
-        finishes, and the job is never tried again. It ends `succeeded` and charged if that
-        attempt succeeds (the model worked and was paid for, so its result is delivered), else
-        `cancelled` and refunded; the answer is the row still `running`, with `cancelRequestedAt`.
-        Cancelling a job cancelled already answers it again; one that finished otherwise is a 409.
+        once, refunded in full (once). A job whose attempt is running cannot recall its model
+        call: the row is marked, the attempt finishes, and the job is never tried again. It ends
+        `succeeded` and charged if that attempt succeeds (the model worked and was paid for, so
+        its result is delivered), else `cancelled` and refunded; the answer is the row still
+        `running`, with `cancelRequestedAt`. A running workflow is marked the same way: its
+        split stops, its children not started never run, the running ones finish (each that
+        succeeds is charged), and then it ends `cancelled` without merging. Cancelling a job
+        cancelled already answers it again; one that finished otherwise is a 409.
         """
         store = self._store(principal)
         job = self.get(principal, job_id)
         for _ in range(_CANCEL_TRIES):
             if job.status.is_terminal:
                 break
-            if job.status is JobStatus.RUNNING and not job.is_parent:
+            if job.status is JobStatus.RUNNING:
                 requested = store.request_cancel(job, now=self.clock())
                 if requested is not None:
                     logger.info("cancel requested of a running job", extra={"jobId": job.job_id})
@@ -541,7 +543,7 @@ class JobService:
                     # Only from the state read: a consumer that claimed the job since owns it now.
                     job = store.fail_final(
                         job, now=self.clock(), error_class=CANCELLED, message="cancelled by its owner",
-                        own_claim=False, only_from=() if job.is_parent else (job.status,),
+                        own_claim=False, only_from=(job.status,),
                     )  # fmt: skip
                     after_final(store, self.queues, job, self.clock())
                     logger.info("job cancelled", extra={"jobId": job.job_id, "kind": job.kind})

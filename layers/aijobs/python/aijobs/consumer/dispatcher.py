@@ -76,6 +76,15 @@ RETRY_TOLERANCE = timedelta(seconds=1)
 _NOT_STARTED = (JobStatus.QUEUED, JobStatus.FAILED_RETRYABLE)
 
 
+def parent_stopping(parent: Job) -> bool:
+    """A workflow parent whose children not started yet must not start (see `_parent_finished`)."""
+    return (
+        parent.status.is_terminal
+        or parent.cancel_requested_at is not None
+        or parent.children_failed > parent.failures_allowed
+    )
+
+
 def _runnable_now(job: Job, now: datetime) -> bool:
     """Whether a claim could take the row now (were its attempt budget not spent)."""
     if job.status is JobStatus.RUNNING:
@@ -339,11 +348,12 @@ class Consumer:
         return store, claimed
 
     def _parent_finished(self, store: JobStore, child: Job) -> bool:
-        """A child whose parent already ended (cancelled, or failed by its policy) is never run:
-        it is finalized as `cancelled` (and counted) instead."""
+        """A child whose parent ended or is ending (cancelled by its owner, or more children failed
+        than its policy allows) is never run: it is finalized as `cancelled` (and counted), so
+        the parent settles once its running children are done."""
         assert child.parent_id is not None
         parent = store.get(child.user_id, child.parent_id)
-        if parent is not None and not parent.status.is_terminal:
+        if parent is not None and not parent_stopping(parent):
             return False
         try:
             finished = store.fail_final(

@@ -844,6 +844,16 @@ class JobStore:
         assert updated is not None
         return updated
 
+    def stop_split(self, job: Job, *, done: int, now: datetime) -> Job:
+        """Its owner cancelled the workflow during its split: the children written so far are all
+        it will have (the parts not written are never made or charged)."""
+        updated = self._transition(
+            job, JobStatus.RUNNING, now, condition=_OWN_CLAIM,
+            sets={"children_total": done, "children_split": done}, values=_claim_values(job),
+        )  # fmt: skip
+        assert updated is not None
+        return updated
+
     def park_parent(self, job: Job, *, now: datetime, hold: timedelta) -> Job:
         """The split is done: the parent waits for its children (`running`, no claim held). The
         last child moves it on; `hold` is when the sweeper looks at it again if nobody did."""
@@ -865,17 +875,20 @@ class JobStore:
         return updated
 
     def parent_ready(self, user_id: str, parent_id: str, *, now: datetime, hold: timedelta) -> Job | None:
-        """Move a waiting parent to its merge step, if its last child has finished or more children
-        failed than its policy allows. One conditional update: of any number of callers (the last
-        two children finishing at once, a sweeper re-check), exactly one gets the row back and
-        sends the merge message, which carries the row's new `recheck_id`."""
+        """Move a waiting parent to its merge step once its last child has finished. Never
+        earlier, even when more children failed than its policy allows or its owner cancelled it:
+        a child still running would then finish after the parent's credits were settled, and be
+        free. Children not started yet are stopped instead (`parent_stopping`), so the wait is for
+        the running ones. One conditional update: of any number of callers (the last two children
+        finishing at once, a sweeper re-check), exactly one gets the row back and sends the merge
+        message, which carries the row's new `recheck_id`."""
         try:
             response = self._table.update_item(
                 Key={PK: user_pk(user_id), SK: job_sk(parent_id)},
                 UpdateExpression="SET phase = :merge, awaiting_provider = :true, recheck_id = :check, "
                 "lease_expires_at = :hold, attempts = :zero REMOVE claim_id",
                 ConditionExpression="#status = :running AND phase = :children AND "
-                "(children_done >= children_total OR children_failed > failures_allowed)",
+                "children_done >= children_total",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues={
                     ":merge": PHASE_MERGE,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aijobs.domain import Job, JobStatus
-from aijobs.errors import ProviderError
+from aijobs.errors import CANCELLED, ProviderError
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.store.results import ResultStore
 
@@ -24,6 +24,13 @@ class ChildrenFailedError(ProviderError):
     """More children failed than the workflow's policy allows: the parent fails for good."""
 
     error_class = "children_failed"
+
+
+class WorkflowCancelledError(ProviderError):
+    """Its owner cancelled the workflow: once every child it started has finished (those that
+    succeeded are charged), the parent ends `cancelled` without merging."""
+
+    error_class = CANCELLED
 
 
 class InsufficientCreditsError(ProviderError):

@@ -24,7 +24,14 @@ from aijobs.providers.base import ProviderResult
 from aijobs.queues import JobQueues
 from aijobs.store.jobs import CHILD_WRITE_BATCH, PHASE_CHILDREN, PHASE_MERGE, JobStore
 from aijobs.store.keys import MAX_CHILDREN, child_job_id
-from aijobs.workflows.base import ChildrenFailedError, InsufficientCreditsError, MergeInput, Part, Workflow
+from aijobs.workflows.base import (
+    ChildrenFailedError,
+    InsufficientCreditsError,
+    MergeInput,
+    Part,
+    Workflow,
+    WorkflowCancelledError,
+)
 from aijobs.workflows.fanin import try_merge
 
 # Children written per invocation of the split step (then it continues in a fresh one).
@@ -70,6 +77,8 @@ def _split(workflow: Workflow, ctx: JobContext) -> ProviderResult | None:
         raise InsufficientCreditsError(f"the input split into {len(parts)} parts: {error}") from None
     end = min(len(parts), job.children_split + SPLIT_SLICE)
     for start in range(job.children_split, end, CHILD_WRITE_BATCH):
+        if job.cancel_requested_at is not None:
+            break  # cancelled by its owner (each checkpoint reads the row back): no more children
         stop = min(end, start + CHILD_WRITE_BATCH)
         now = clock()
         children = [_child(ctx, workflow, job, index, parts[index], now) for index in range(start, stop)]
@@ -79,7 +88,10 @@ def _split(workflow: Workflow, ctx: JobContext) -> ProviderResult | None:
             kind=workflow.child_kind,
         )
         job = store.checkpoint_split(job, done=stop, now=now, lease=lease)
-    if end < len(parts):
+    if job.cancel_requested_at is not None and job.children_split < len(parts):
+        job = store.stop_split(job, done=job.children_split, now=clock())
+        logger.info("split stopped by a cancel", extra={"children": job.children_split})
+    elif end < len(parts):
         logger.info("split continues in the next invocation", extra={"written": end, "total": len(parts)})
         return ProviderResult(status="running")
     logger.info(
@@ -128,6 +140,11 @@ def _wait(ctx: JobContext) -> None:
 def _merge(workflow: Workflow, ctx: JobContext) -> ProviderResult:
     store, _, _ = _adapters(ctx)
     job = ctx.job
+    if job.cancel_requested_at is not None:
+        raise WorkflowCancelledError(
+            f"cancelled by its owner: {job.children_succeeded} of {job.children_total} parts had "
+            "succeeded (charged), the others were not run"
+        )
     if job.children_failed > job.failures_allowed:
         raise ChildrenFailedError(
             f"{job.children_failed} of {job.children_total} parts failed; the policy allows "
