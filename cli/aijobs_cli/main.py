@@ -225,7 +225,24 @@ def job_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
     ):
         if job.get(key):
             fields.append((label, job[key]))
+    fields.extend(cost_fields(job))
+    if job.get("cancelRequestedAt"):
+        fields.append(("cancel requested", job["cancelRequestedAt"]))
     return [(label, str(value)) for label, value in fields if value is not None]
+
+
+def cost_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What a job was charged and what its model call reported using and costing."""
+    fields: list[tuple[str, str]] = []
+    if job.get("price"):
+        fields.append(("credits", f"{job['price']} ({job.get('charge') or 'not charged'})"))
+    if job.get("usage"):
+        fields.append(
+            ("usage", ", ".join(f"{name} {value:,}" for name, value in sorted(job["usage"].items())))
+        )
+    if job.get("costUsd") is not None:
+        fields.append(("cost", f"${job['costUsd']:.6f}"))
+    return fields
 
 
 def _render_job(job: Mapping[str, Any]) -> None:

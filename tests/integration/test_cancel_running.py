@@ -94,6 +94,9 @@ def test_a_cancel_during_a_call_that_succeeds_is_answered_202_and_the_attempt_is
     assert shown["usage"] == row.usage
     assert shown["cancelRequestedAt"] == view["cancelRequestedAt"]
     assert shown["result"] is not None  # what was paid for is delivered
+    status, credits = api("GET", "/credits")
+    assert (status, credits["spendCounted"]) == (200, True)
+    assert credits["spendByDay"] == [{"day": stage.clock().strftime("%Y-%m-%d"), "usd": COST}]
     # A second cancel of a finished job is a 409, as for any finished job.
     status, again = api("POST", f"/jobs/{job_id}/cancel")
     assert (status, again["code"]) == (409, "job_finished")

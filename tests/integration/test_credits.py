@@ -105,6 +105,8 @@ def test_credits_endpoint_shows_balance_grants_and_transactions(stage: Stage, ap
     assert [(g["grantId"], g["remaining"]) for g in body["grants"]] == [(grant_id, 9)]
     assert [t["type"] for t in body["transactions"]] == ["debit", "grant"]  # newest first
     assert body["prices"]["video-generate"] == 20
+    # This stage has no spend cap, so it counts no model spend, and says so.
+    assert (body["spendCounted"], body["spendByDay"]) == (False, [])
 
 
 def test_success_settles_and_keeps_the_debit(stage: Stage, api: Any) -> None:

@@ -55,3 +55,20 @@ def test_the_sample_report_ships_with_the_cli_and_makes_many_chunks() -> None:
     text = sample_report().decode("ascii")
     assert len(text.split()) > 3000
     assert len(chunk_text(text, REPORT_CHUNK_CHARS)) >= 10
+
+
+def test_status_shows_what_the_job_was_charged_used_and_cost() -> None:
+    job = _view(
+        kind="summary", status="succeeded", phase=None, progress=None, model="us.amazon.nova-pro-v1:0",
+        price=2, charge="settled", usage={"inputTokens": 1200, "outputTokens": 80}, costUsd=0.0012,
+        cancelRequestedAt="2026-12-01T10:00:00Z",
+    )  # fmt: skip
+    fields = dict(job_fields(job))
+    assert fields["model"] == "us.amazon.nova-pro-v1:0"
+    assert fields["credits"] == "2 (settled)"
+    assert fields["usage"] == "inputTokens 1,200, outputTokens 80"
+    assert fields["cost"] == "$0.001200"
+    assert fields["cancel requested"] == "2026-12-01T10:00:00Z"
+    free = dict(job_fields(_view(kind="summary", phase=None, progress=None)))
+    assert "cost" not in free
+    assert "credits" not in free

@@ -226,13 +226,25 @@ class TransactionView(ApiModel):
     createdAt: datetime
 
 
+class DaySpend(ApiModel):
+    day: str = Field(description="the day (YYYY-MM-DD) in the stage's SPEND_TIME_ZONE")
+    usd: float = Field(description="the model cost of your jobs that day, in USD")
+
+
 class CreditsView(ApiModel):
-    """`GET /credits`: balance, grants and the most recent transactions."""
+    """`GET /credits`: balance, grants, the most recent transactions and the model spend per day."""
 
     balance: int
     grants: list[GrantView]
     transactions: list[TransactionView]
     prices: dict[str, int] = Field(description="credits per job of each kind")
+    spendCounted: bool = Field(
+        default=False, description="whether this stage counts model spend (it has a daily spend cap)"
+    )
+    spendByDay: list[DaySpend] = Field(
+        default_factory=list,
+        description="your model spend on each of the last 30 days that had any, oldest first",
+    )
 
 
 class WebhookSecretIssued(ApiModel):

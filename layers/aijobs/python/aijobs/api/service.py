@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -18,6 +18,7 @@ from aijobs.api.schemas import (
     ArtifactLink,
     CallbackView,
     CreditsView,
+    DaySpend,
     GrantView,
     JobRequest,
     JobView,
@@ -56,7 +57,7 @@ from aijobs.observability import METRIC_ACCEPTED, emit, logger
 from aijobs.provider_plan import CLASSIFY, KindPlan
 from aijobs.providers.base import Provider
 from aijobs.queues import JobQueues
-from aijobs.spend import SpendBrake
+from aijobs.spend import SpendBrake, day_of
 from aijobs.store.jobs import PHASE_SPLIT, IdempotencyKeyExists, JobStore, Page
 from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import (
@@ -73,6 +74,8 @@ from aijobs.workflows.fanin import after_final
 from aijobs.workflows.registry import workflow as workflow_of
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+# GET /credits shows this much of the tenant's model spend per day.
+SPEND_HISTORY = timedelta(days=30)
 # A cancel re-reads a row that changed under it (claimed, retried) at most this many times.
 _CANCEL_TRIES = 4
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
@@ -322,7 +325,22 @@ class JobService:
                 for t in ledger.transactions(principal.user_id, limit=limit)
             ],
             prices=self.prices,
+            spendCounted=self.spend is not None,
+            spendByDay=self._spend_by_day(principal.user_id),
         )  # fmt: skip
+
+    def _spend_by_day(self, user_id: str) -> list[DaySpend]:
+        """The tenant's day counters of the spend brake (none when the stage counts no spend)."""
+        if self.spend is None:
+            return []
+        shard = self.directory.shard_for(user_id)
+        if shard is None:
+            return []
+        since = day_of(self.clock() - SPEND_HISTORY, self.spend.zone)
+        return [
+            DaySpend(day=day, usd=float(amount))
+            for day, amount in self.spend.records.tenant_days(shard, user_id, since)
+        ]
 
     def _plan_provider(self, kind: str) -> str:
         plan = self.plans.get(kind)

@@ -134,6 +134,21 @@ class SpendRecords:
         )
 
     @staticmethod
+    def tenant_days(shard: Table, user_id: str, since: str) -> list[tuple[str, Decimal]]:
+        """The tenant's counted spend per day from `since` on, oldest first: one Query of its own
+        partition (the day counters sort together)."""
+        response = shard.query(
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
+            ExpressionAttributeValues={
+                ":pk": user_pk(user_id), ":from": day_pk(since), ":to": day_pk("9999-12-31"),
+            },
+        )  # fmt: skip
+        return [
+            (str(item[SK]).removeprefix(SPEND_PREFIX), usd(item.get("usd", 0)))  # type: ignore[arg-type]
+            for item in response["Items"]
+        ]
+
+    @staticmethod
     def tenant_spend(shard: Table, user_id: str, day: str) -> Decimal:
         item = shard.get_item(Key={PK: user_pk(user_id), SK: day_pk(day)}).get("Item")
         return usd(item["usd"]) if item and "usd" in item else Decimal(0)  # type: ignore[arg-type]
