@@ -22,7 +22,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, set[int]]] = {
     ("/credits", "get"): ("getCredits", {200, 401, 422, 500}),
     ("/webhooks/secret", "post"): ("rotateWebhookSecret", {201, 401, 409, 422, 500}),
     ("/webhooks/secret", "get"): ("getWebhookSecret", {200, 401, 422, 500}),
-    ("/classify", "post"): ("classify", {200, 400, 401, 413, 415, 422, 500, 503}),
+    ("/classify", "post"): ("classify", {200, 400, 401, 402, 409, 413, 415, 422, 429, 500, 503}),
     ("/uploads", "post"): ("createUpload", {201, 400, 401, 413, 415, 422, 500}),
     # The operator routes (aijobs.api.admin): every one may refuse a non-operator (403) or a fast one (429).
     ("/admin/overview", "get"): ("adminOverview", {200, 401, 403, 422, 429, 500}),

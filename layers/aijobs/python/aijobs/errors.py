@@ -258,6 +258,17 @@ class TenantRateLimitedError(RequestError):
         self.retry_after = retry_after
 
 
+class StageSpendCapReachedError(RequestError):
+    """The stage's model spend today reached its daily cap (aijobs.spend). A queued job waits for
+    the brake; a synchronous call (`POST /classify`) cannot, so it is refused: retry later."""
+
+    status, code = 429, "stage_spend_cap_reached"
+
+    def __init__(self, message: str, *, retry_after: float, details: object | None = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+
+
 # DynamoDB's answers when a partition or an item is over its throughput (a table's capacity or
 # an item's ~1,000 writes per second); inside a transaction, the cancellation reason says it.
 DYNAMODB_THROTTLE_CODES = frozenset(

@@ -14,6 +14,7 @@ from datetime import datetime
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import NotFoundError, TransitionConflict
 from aijobs.observability import logger
+from aijobs.provider_plan import CLASSIFY
 from aijobs.queues import JobQueues
 from aijobs.store.jobs import PHASE_CHILDREN, JobStore
 from aijobs.store.tenants import Directory
@@ -60,6 +61,8 @@ class Operator:
         re-run only while its parent still waits for children (else re-run the parent).
         """
         store, job = self._job(user_id, job_id)
+        if job.kind == CLASSIFY:  # its caller was answered (or refunded) already; it has no queue
+            raise TransitionConflict(f"job {job_id} is a synchronous {CLASSIFY} call: it cannot be re-run")
         if job.is_parent and job.children_failed and job.status in (*RERUNNABLE, JobStatus.SUCCEEDED):
             return self._rerun_parent(store, job)
         if job.parent_id is not None:

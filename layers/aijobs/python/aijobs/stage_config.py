@@ -325,9 +325,10 @@ class StageConfig:
 
     @property
     def prices(self) -> dict[str, int]:
-        """Credits per job of every configured kind (KIND_PRICES, else the kind's declared price)."""
+        """Credits per job of every configured kind, and per call of the synchronous `classify`
+        (which every stage serves): KIND_PRICES, else the kind's declared price."""
         listed = dict(self.kind_prices)
-        return {kind: listed.get(kind, declared_price(kind)) for kind in self.queue_names}
+        return {kind: listed.get(kind, declared_price(kind)) for kind in (*self.queue_names, CLASSIFY)}
 
     @property
     def prices_setting(self) -> str:
@@ -828,7 +829,7 @@ def _auth(values: Mapping[str, str | None]) -> tuple[str, str | None, str | None
 
 def _prices(raw: str | None, queue_names: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     prices = parse_prices(raw)
-    unknown = sorted(set(prices) - set(queue_names))
+    unknown = sorted(set(prices) - {*queue_names, CLASSIFY})
     if unknown:
-        raise ConfigError(f"KIND_PRICES names kinds that are not in QUEUE_NAMES: {unknown}")
+        raise ConfigError(f"KIND_PRICES names kinds that are not in QUEUE_NAMES (nor classify): {unknown}")
     return tuple(prices.items())

@@ -67,6 +67,7 @@ from aijobs.errors import (
     RateLimitedError,
     RequestError,
     ServiceUnavailableError,
+    StageSpendCapReachedError,
     TenantRateLimitedError,
     ThrottledError,
     TransitionConflict,
@@ -156,7 +157,8 @@ app.use([_authenticate])
 def _request_error(error: RequestError) -> Response[Any]:
     if isinstance(error, ServiceUnavailableError):
         logger.warning("request refused: dependency unavailable", extra={"code": error.code})
-    retry_after = error.retry_after if isinstance(error, (RateLimitedError, TenantRateLimitedError)) else None
+    limited = (RateLimitedError, TenantRateLimitedError, StageSpendCapReachedError)
+    retry_after = error.retry_after if isinstance(error, limited) else None
     return _error_response(error.status, error.code, error.message, error.details, retry_after=retry_after)
 
 
@@ -214,15 +216,17 @@ _ERROR_DESCRIPTIONS: dict[int, str] = {
     "(`spend_cap_reached`)",
     403: "the key is not an operator key",
     404: "no such job (or another user's)",
-    409: "Idempotency-Key reused with another body, credits changed meanwhile, or the job already finished",
+    409: "Idempotency-Key reused with another body or its call still running, credits changed meanwhile, "
+    "or the job already finished",
     413: "body or inline input too large",
     415: "the body is not `application/json`",
     422: (
         "schema error (with field paths), unknown kind, a missing, foreign or oversized input object, "
         "an upload of a refused content type or size, or workflow options or an input it cannot split"
     ),
-    429: "too many operator calls from this key (`rate_limited`), or you submit faster than your account's "
-    "items take writes (`tenant_rate_limited`); retry after `Retry-After` seconds",
+    429: "too many operator calls from this key (`rate_limited`), you submit faster than your account's "
+    "items take writes (`tenant_rate_limited`), or (`POST /classify`) the service's daily model-spend cap "
+    "is reached (`stage_spend_cap_reached`); retry after `Retry-After` seconds",
     500: "unexpected failure on our side",
     503: "a dependency (queue, provider) is unavailable; retry after `Retry-After` seconds",
 }
@@ -475,16 +479,31 @@ def get_webhook_secret() -> WebhookSecretStatus:
 
 @app.post(
     "/classify",
-    summary="Classify a short text synchronously (no queue)",
+    summary="Classify a short text synchronously (no queue); each call costs classify's price",
     operation_id="classify",
     tags=["classify"],
-    responses=_responses(200, "the label", 400, 413, 415, 503),
-)
-def classify(body: ClassifyRequest) -> ClassifyResponse:
-    _principal()
-    result = service().classify(body.text)
-    return ClassifyResponse(
-        label=result["label"], score=result["score"], tags=list(result["tags"]), model=result["model"]
+    responses=_responses(
+        200,
+        "the label, charged (or the same answer again, not charged again, for a replayed Idempotency-Key)",
+        400, 402, 409, 413, 415, 429, 503,
+        model=ClassifyResponse,
+    ),
+)  # fmt: skip
+def classify(
+    body: ClassifyRequest,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN}),
+    ] = None,
+) -> Response[ClassifyResponse]:
+    svc = service()
+    job, replayed = svc.classify(_principal(), body, idempotency_key)
+    headers = {"Idempotent-Replayed": "true"} if replayed else None
+    return Response(
+        status_code=200,
+        content_type=content_types.APPLICATION_JSON,
+        body=svc.classify_view(job),
+        headers=headers,
     )
 
 

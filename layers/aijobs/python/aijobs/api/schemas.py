@@ -202,6 +202,9 @@ class ClassifyResponse(ApiModel):
     score: float
     tags: list[str]
     model: str
+    jobId: str = Field(
+        description="the call's record (`GET /jobs/{jobId}`), and the `jobId` of its debit in `GET /credits`"
+    )
 
 
 class ErrorBody(ApiModel):

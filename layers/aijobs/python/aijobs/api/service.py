@@ -6,17 +6,21 @@ import hashlib
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from aijobs.api.schemas import (
     ArtifactLink,
     CallbackView,
+    ClassifyRequest,
+    ClassifyResponse,
     CreditsView,
     DaySpend,
     GrantView,
@@ -32,6 +36,7 @@ from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
     CANCELLED,
     ConflictError,
+    InfrastructureError,
     InputRefNotFoundError,
     InputRefTooLargeError,
     InputTooLargeError,
@@ -42,22 +47,26 @@ from aijobs.errors import (
     ProviderError,
     ServiceUnavailableError,
     SpendCapReachedError,
+    StageSpendCapReachedError,
     TenantRateLimitedError,
     TransitionConflict,
     UnauthorizedError,
     UnprocessableError,
     UnsupportedUploadTypeError,
     UploadTooLargeError,
+    classify_exception,
     is_dynamodb_throttle,
 )
 from aijobs.ids import new_job_id
+from aijobs.kinds.base import Kind
 from aijobs.kinds.registry import kind as kind_of
-from aijobs.kinds.run import check_input, first_problem, problems
-from aijobs.observability import METRIC_ACCEPTED, emit, logger
+from aijobs.kinds.run import Step, check_input, first_problem, problems, run
+from aijobs.observability import METRIC_ACCEPTED, METRIC_MODEL_SPEND, emit, logger
+from aijobs.pricing import spend
 from aijobs.provider_plan import CLASSIFY, KindPlan
 from aijobs.providers.base import Provider
 from aijobs.queues import JobQueues
-from aijobs.spend import SpendBrake, day_of
+from aijobs.spend import HOLD_SECONDS, SpendBrake, day_of
 from aijobs.store.jobs import PHASE_SPLIT, IdempotencyKeyExists, JobStore, Page
 from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import (
@@ -83,6 +92,13 @@ _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _JOB_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{5})?")
 
 
+def _check_idempotency_key(key: str | None) -> None:
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise MalformedRequestError(
+            "Idempotency-Key must be 1-128 letters, digits or _.:-", code="invalid_idempotency_key"
+        )
+
+
 def links(job: Job) -> Links:
     """Where a job's related resources are (the same in the 202 answer and in `GET /jobs/{id}`)."""
     return Links(
@@ -93,7 +109,7 @@ def links(job: Job) -> Links:
     )
 
 
-def request_hash(request: JobRequest) -> str:
+def request_hash(request: JobRequest | ClassifyRequest) -> str:
     """Fingerprint of a request, to tell an idempotent replay from a reused key.
 
     The request's depth is bounded before it gets here (see `aijobs.api.app.MAX_JSON_DEPTH`).
@@ -106,6 +122,10 @@ def request_hash(request: JobRequest) -> str:
 # pauses between reads of the row while the job is not finished (the last one repeats).
 LONG_POLL_MAX_SECONDS = 20
 LONG_POLL_BACKOFF = (0.25, 0.5, 1.0, 2.0)
+# A synchronous call's row is `running` under its request's claim for this long: longer than the API
+# function may run (25 s; the HTTP API gives up at 30 s), so only a call whose function died outlives
+# it, and the sweeper then refunds it (aijobs.scheduled.sweeper).
+SYNC_LEASE = timedelta(seconds=60)
 
 
 @dataclass
@@ -180,20 +200,10 @@ class JobService:
         )
         job = self._priced(job, request, input_size)
         digest = request_hash(request)
-        # No read of the Idempotency-Key first: the transaction that writes the job is conditional
-        # on the key being new, and its cancellation says when it is not.
-        try:
-            self._within_spend_cap(principal)
-            job = self._create_paid(store, job, idempotency_key, digest)
-        except IdempotencyKeyExists as existing:  # an earlier (or concurrent) request used the key
-            return self._replay(store, principal, existing, digest), True
-        except (PaymentRequiredError, ConflictError):
-            # Refused before the transaction could see the key (credits spent or busy since): a
-            # replay is still answered as one, only on this path does the key cost a read.
-            seen = store.get_idempotency(principal.user_id, idempotency_key) if idempotency_key else None
-            if seen is None:
-                raise
-            return self._replay(store, principal, IdempotencyKeyExists(*seen), digest), True
+        opened = self._open(store, principal, job, idempotency_key, digest)
+        if isinstance(opened, IdempotencyKeyExists):
+            return self._replay(store, principal, opened, digest), True
+        job = opened
         try:
             self.queues.send(QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind), kind=job.kind)
         except Exception:
@@ -215,6 +225,52 @@ class JobService:
         emit(METRIC_ACCEPTED, kind=job.kind)
         logger.info("job accepted", extra={"jobId": job.job_id, "kind": job.kind, "userId": job.user_id})
         return job, False
+
+    def _open(
+        self,
+        store: JobStore,
+        principal: Principal,
+        job: Job,
+        idempotency_key: str | None,
+        digest: str,
+        *,
+        stage_cap: bool = False,
+    ) -> Job | IdempotencyKeyExists:
+        """The spend caps checked, then the row and its payment written; or what an earlier request
+        with the same Idempotency-Key made (the caller answers it as a replay)."""
+        # No read of the Idempotency-Key first: the transaction that writes the job is conditional
+        # on the key being new, and its cancellation says when it is not.
+        try:
+            self._within_spend_cap(principal)
+            if stage_cap:
+                self._within_stage_cap()
+            return self._create_paid(store, job, idempotency_key, digest)
+        except IdempotencyKeyExists as existing:  # an earlier (or concurrent) request used the key
+            return existing
+        except (PaymentRequiredError, ConflictError, StageSpendCapReachedError):
+            # Refused before the transaction could see the key (credits or the day's spend used up,
+            # or busy, since): a replay is still answered as one; only this path reads the key.
+            seen = store.get_idempotency(principal.user_id, idempotency_key) if idempotency_key else None
+            if seen is None:
+                raise
+            return IdempotencyKeyExists(*seen)
+
+    def _within_stage_cap(self) -> None:
+        """Past the stage's daily spend cap a queued job waits in its consumer; a synchronous call
+        cannot wait, so it is refused (429) and nothing is written. A tenant is not told the
+        stage's figures, only when the day resets."""
+        if self.spend is None:
+            return
+        state = self.spend.state()
+        if state.released or state.stage_usd < self.spend.stage_cap(state):
+            return
+        resets = self.spend.resets_at()
+        raise StageSpendCapReachedError(
+            "the service's model spend today reached its daily cap; retry later (at the latest "
+            f"{resets.isoformat()}, midnight {self.spend.zone})",
+            retry_after=HOLD_SECONDS,
+            details={"resetsAt": resets.isoformat()},
+        )
 
     def _within_spend_cap(self, principal: Principal) -> None:
         """A tenant past its own daily spend cap gets a 402 and nothing is written. The stage's
@@ -364,10 +420,7 @@ class JobService:
             )
         if request.callbackUrl is not None:
             self._check_callback(principal, request.callbackUrl)
-        if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
-            raise MalformedRequestError(
-                "Idempotency-Key must be 1-128 letters, digits or _.:-", code="invalid_idempotency_key"
-            )
+        _check_idempotency_key(idempotency_key)
         if request.input is not None:
             size = len(json.dumps(request.input, separators=(",", ":")).encode())
             if size > self.max_inline_input_bytes:
@@ -590,26 +643,138 @@ class JobService:
             principal.user_id, job_id, status=status, limit=limit, cursor=cursor
         )
 
-    def classify(self, text: str) -> dict[str, Any]:
-        """The synchronous `classify` kind (aijobs/kinds/classify.py) on its stage model: its
-        validated output plus the model that answered."""
-        from aijobs.kinds.run import Step, run
+    def classify(
+        self, principal: Principal, request: ClassifyRequest, idempotency_key: str | None
+    ) -> tuple[Job, bool]:
+        """The synchronous `classify` kind (aijobs/kinds/classify.py) on its stage model, billed as
+        a job is; returns (the call's succeeded row, replayed).
 
+        A call is a row born `running` under this request's own claim, its price reserved in the
+        same transaction (402 if the credits cannot cover it; 402 / 429 past the tenant's or the
+        stage's spend cap; nothing is written then and the model is not called). Then the model
+        call, and the row settled exactly once: `succeeded` with its usage and cost, the price
+        charged and the day's spend counted, in one transaction, before the answer is given; or
+        `failed_final` with the price refunded, in one transaction, when the call failed. A
+        function that dies in between leaves the row `running`: the sweeper refunds it once its
+        lease (SYNC_LEASE) lapses. The same Idempotency-Key and text answer the earlier call's
+        result again (not charged again); a key whose call failed may be used again.
+        """
         kind = kind_of(CLASSIFY)
         plan = self.plans.get(CLASSIFY)
         if kind is None or plan is None or plan.model is None:
             raise ServiceUnavailableError("classification is not configured on this stage")
+        _check_idempotency_key(idempotency_key)
         try:
-            value = check_input(kind, text)
+            value = check_input(kind, request.text)
         except InputTooLargeError as error:
             raise PayloadTooLargeError(str(error)) from None
         except ProviderError as error:
             raise UnprocessableError(str(error), code="invalid_input") from None
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:26]
-        result = run(
-            kind, self.provider, Step(job_id=f"classify-{digest}", input=value, options={}, model=plan.model)
+        store = self._store(principal)
+        digest = request_hash(request)
+        # A second round only when the key's earlier call failed (and was refunded): it is freed.
+        for _round in range(2):
+            opened = self._open(
+                store, principal, self._call_row(principal, plan), idempotency_key, digest, stage_cap=True
+            )
+            if not isinstance(opened, IdempotencyKeyExists):
+                step = Step(job_id=opened.job_id, input=value, options={}, model=plan.model)
+                return self._call(store, opened, kind, step), False
+            earlier = self._replay(store, principal, opened, digest)
+            if earlier.status is JobStatus.SUCCEEDED:
+                return earlier, True
+            if earlier.status is not JobStatus.FAILED_FINAL:
+                raise ConflictError(
+                    "the call with this Idempotency-Key is still running; retry in a few seconds",
+                    code="call_in_progress",
+                )
+            assert idempotency_key is not None
+            store.forget_idempotency(principal.user_id, idempotency_key, job_id=earlier.job_id)
+        raise ConflictError("this Idempotency-Key is in use by another call; retry", code="call_in_progress")
+
+    def _call_row(self, principal: Principal, plan: KindPlan) -> Job:
+        """A synchronous call's row: `running` under this request's claim from the start. It keeps
+        the answer, the model, usage and cost, never the text."""
+        now = self.clock()
+        return Job(
+            job_id=new_job_id(int(now.timestamp() * 1000)),
+            user_id=principal.user_id,
+            kind=CLASSIFY,
+            status=JobStatus.RUNNING,
+            model=plan.model,
+            provider=plan.provider,
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+            started_at=now,
+            lease_expires_at=now + SYNC_LEASE,
+            claim_id=uuid.uuid4().hex,
+            price=self.prices.get(CLASSIFY, 0),
         )
-        return {**dict(result.output), "model": result.model or plan.model}
+
+    def _call(self, store: JobStore, job: Job, kind: Kind, step: Step) -> Job:
+        """Call the model for a paid row, then settle it once: charged with the answer, or refunded."""
+        try:
+            result = run(kind, self.provider, step)
+        except Exception as error:
+            self._refund_call(store, job, classify_exception(error))
+            raise
+        spent = spend(
+            result.provider or self.provider.name, result.model or job.model, result.usage, given=result.cost
+        )
+        writes = []
+        if self.spend is not None and spent.usd:
+            writes = self.spend.count_writes(
+                job_id=job.job_id, user_id=job.user_id, cost=spent.usd, shard_name=store.table_name
+            )
+        try:
+            finished = store.succeed(
+                job, now=self.clock(), result={"output": result.output}, result_ref=None,
+                model=result.model or job.model, usage=result.usage, cost=spent.usd, extra_writes=writes,
+            )  # fmt: skip
+        except TransitionConflict:
+            # Its row was finalized meanwhile, which refunded it: the sweeper, after the call
+            # outlived its lease. (An owner's cancel of a running call only marks the row: the
+            # call finishes and is charged, like a running job's attempt.)
+            raise ConflictError(
+                "this call was finalized while it ran; it was not charged", code="call_cancelled"
+            ) from None
+        except Exception:
+            # Never an answer that was not charged: the call is refunded instead (or by the sweeper).
+            logger.exception(
+                "classify answered but could not be settled: refunded, its cost not counted",
+                extra={"jobId": job.job_id, "model": result.model, "costUsd": spent.usd},
+            )
+            self._refund_call(store, job, InfrastructureError("the call could not be recorded"))
+            raise ServiceUnavailableError(
+                "the call could not be recorded and was not charged; retry"
+            ) from None
+        if spent.usd is not None:
+            emit(
+                METRIC_MODEL_SPEND, kind=CLASSIFY, value=spent.usd, unit=MetricUnit.NoUnit, model=spent.model
+            )
+        logger.info(
+            "classify answered", extra={"jobId": job.job_id, "model": finished.model, "costUsd": spent.usd}
+        )
+        return finished
+
+    def _refund_call(self, store: JobStore, job: Job, error: ProviderError) -> None:
+        """A call that gives no answer: `failed_final` with its price refunded, in one transaction."""
+        try:
+            store.fail_final(job, now=self.clock(), error_class=error.error_class, message=str(error))
+        except TransitionConflict:
+            pass  # cancelled meanwhile: refunded by the cancel
+        except Exception:
+            logger.exception("classify refund failed: the sweeper refunds it when its lease lapses")
+
+    @staticmethod
+    def classify_view(job: Job) -> ClassifyResponse:
+        """A settled call's answer (the same for a replayed Idempotency-Key)."""
+        output = job.result["output"]
+        return ClassifyResponse(
+            label=output["label"], score=output["score"], tags=list(output["tags"]), model=job.model or "",
+            jobId=job.job_id,
+        )  # fmt: skip
 
     def view(self, job: Job) -> JobView:
         artifacts: list[ArtifactLink] = []

@@ -1,7 +1,8 @@
 """`classify`: one short text -> a label, a confidence and up to three tags, synchronously.
 
 The synchronous short-task path (`POST /classify`, DESIGN.md §1): it runs in the API, not on a
-queue. An example of structured output: the answer must validate against `Classification`.
+queue, and each call is billed like a job (aijobs.api.service `JobService.classify`). An example of
+structured output: the answer must validate against `Classification`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ KIND = Kind(
     options=Options,
     output=Classification,
     inputs=Inputs(max_chars=10_000),
-    price=0,
+    # Credits per call: reserved before the model is called, settled once (README, "Credits").
+    price=1,
     sync=True,
 )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aijobs.credits import CreditLedger
 from aijobs.domain import JobStatus
 from aijobs.observability import METRIC_CREDITS_EXPIRED, emit, logger
+from aijobs.provider_plan import CLASSIFY
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import iso
@@ -64,7 +65,7 @@ def _maintain_shard(table: Table, ctx: CronContext, now: Any, retention: Retenti
     )
     tasks = _cleanup_tasks(
         ctx.directory.job_store(table, ctx.clock),
-        ctx.kinds,
+        (*ctx.kinds, CLASSIFY),  # a synchronous call's row too (its record, aijobs.api.service)
         now - timedelta(days=retention.ai_task_days),
     )
     return {"creditsExpired": expired, "transactionsRemoved": transactions, "tasksRemoved": tasks}

@@ -6,6 +6,9 @@
 - `queued` / `failed_retryable` older than STUCK_QUEUED_SECONDS: its message never arrived (or
   was lost). Re-send it within the budget, or finalize it. A `failed_retryable` row waits until
   its own retry time (back-off, Retry-After) is STUCK_QUEUED_SECONDS overdue.
+- a synchronous call (`POST /classify`) still `running` past its lease: its API function died
+  before it settled, and its caller got no answer. It is finalized with its price refunded; never
+  re-queued (it has no queue).
 - a finished job whose webhook delivery is still `pending` and never tried a minute later: its
   message was lost after the final commit; queue it again (aijobs.webhooks.recovery).
 Every action first wins a conditional update on the row, so two overlapping runs act once.
@@ -19,6 +22,7 @@ from typing import Any
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import CANCELLED, TransitionConflict
 from aijobs.observability import METRIC_SWEPT, emit, logger
+from aijobs.provider_plan import CLASSIFY
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
 from aijobs.webhooks.recovery import resend_lost
@@ -27,6 +31,7 @@ from aijobs.workflows.fanin import after_final
 LEASE_EXPIRED = "lease_expired"
 NEVER_DELIVERED = "never_delivered"
 SWEEP_LIMIT = 100
+BUDGET_SPENT = "attempt budget spent (found by the sweeper)"
 NOT_DUE = "not_due"
 
 
@@ -44,6 +49,10 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
                 stale = store.query_kind_status(kind, status, before=now - ctx.stuck_after, limit=SWEEP_LIMIT)
                 for job in stale:
                     actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
+        for job in store.query_kind_status(CLASSIFY, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
+            if job.lease_expires_at is not None and job.lease_expires_at < now:
+                message = "the call's function ended before it was settled (found by the sweeper): refunded"
+                actions[f"{CLASSIFY}:{_finalize(store, ctx, job, LEASE_EXPIRED, message)}"] += 1
         # Webhook deliveries whose message was lost after the job's final commit.
         resent += resend_lost(
             ctx.directory.shard_tables[index], ctx.queues, ctx.kinds, now, buckets=ctx.directory.buckets
@@ -70,7 +79,7 @@ def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
             store, ctx, job, CANCELLED, "cancelled by its owner; its attempt never finished (refunded)"
         )
     if job.attempts >= ctx.max_attempts_of(job.kind):
-        return _finalize(store, ctx, job, LEASE_EXPIRED)
+        return _finalize(store, ctx, job, LEASE_EXPIRED, BUDGET_SPENT)
     if not store.release_expired_lease(job, now=now, error_class=LEASE_EXPIRED):
         return "skipped"
     _send(ctx, job)
@@ -84,27 +93,17 @@ def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
         # is still waiting in the queue. Only a retry that is late by `stuck_after` is re-sent.
         return NOT_DUE
     if job.attempts >= ctx.max_attempts_of(job.kind):
-        return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED)
+        return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED, BUDGET_SPENT)
     if not store.touch(job, now=now):
         return "skipped"
     _send(ctx, job)
     return "resent"
 
 
-def _finalize(
-    store: JobStore,
-    ctx: CronContext,
-    job: Job,
-    error_class: str,
-    message: str = "attempt budget spent (found by the sweeper)",
-) -> str:
+def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str, message: str) -> str:
     try:
         finished = store.fail_final(
-            job,
-            now=ctx.clock(),
-            error_class=error_class,
-            message=message,
-            own_claim=False,
+            job, now=ctx.clock(), error_class=error_class, message=message, own_claim=False
         )
     except TransitionConflict:
         return "skipped"

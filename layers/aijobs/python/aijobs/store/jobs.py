@@ -105,7 +105,8 @@ class JobStore:
         request_hash: str | None = None,
         extra_writes: Sequence[dict[str, Any]] = (),
     ) -> None:
-        """Write a new `queued` row, its idempotency record and any `extra_writes` in one transaction."""
+        """Write a new row (`queued`; or `running` under the writer's own claim), its idempotency
+        record and any `extra_writes` in one transaction."""
         writes: list[dict[str, Any]] = [
             {
                 "Put": {
@@ -155,8 +156,17 @@ class JobStore:
             return None
         return str(item["jobId"]), str(item.get("request_hash", ""))
 
-    def forget_idempotency(self, user_id: str, key: str) -> None:
-        self._table.delete_item(Key={PK: user_pk(user_id), SK: idempotency_sk(key)})
+    def forget_idempotency(self, user_id: str, key: str, *, job_id: str | None = None) -> None:
+        """Free an Idempotency-Key; with `job_id`, only while it still names that job (a request
+        that took the key since keeps it)."""
+        request: dict[str, Any] = {"Key": {PK: user_pk(user_id), SK: idempotency_sk(key)}}
+        if job_id is not None:
+            request |= {"ConditionExpression": "jobId = :job", "ExpressionAttributeValues": {":job": job_id}}
+        try:
+            self._table.delete_item(**request)
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -1364,6 +1374,13 @@ def _to_item(job: Job, buckets: IndexBuckets) -> dict[str, Any]:
         item["inputRef"] = job.input_ref
     if job.model is not None:
         item["model"] = job.model
+    # A row born `running` under its writer's own claim (a synchronous call, aijobs.api.service).
+    if job.claim_id is not None:
+        item["claim_id"] = job.claim_id
+    if job.started_at is not None:
+        item["started_at"] = iso(job.started_at)
+    if job.lease_expires_at is not None:
+        item["lease_expires_at"] = iso(job.lease_expires_at)
     if job.cost is not None:
         item["cost"] = str(job.cost)
     if job.price:
