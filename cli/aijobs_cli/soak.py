@@ -64,6 +64,9 @@ from aijobs_cli.target import Target, TargetError
 SUCCEEDED = "succeeded"
 FAILED_FINAL = "failed_final"
 DEAD_LETTERED = "dead_lettered"
+# A job its owner cancelled that ended `failed_final` / `cancelled` (one cancelled while its attempt
+# ran may instead end `succeeded`: that attempt finished and was charged).
+CANCELLED = "cancelled"
 CRONS = ("*/10 * * * *", "*/5 * * * *")
 # image-caption needs an uploaded image; every other kind takes text.
 SOAK_KINDS = ("summary", "embedding", "image-generate", "tts-generate", "video-generate")
@@ -88,6 +91,10 @@ INVARIANTS = {
     "dead_letter_mismatches": "DLQ entries that are not exactly the outage jobs",
     "cron_errors": "cron fires that raised",
     "grants_not_expired": "short-lived grants still unexpired after the final cron round",
+    "model_calls_unrecorded": "provider results whose row did not succeed with its usage recorded",
+    "results_not_charged": "succeeded jobs not charged exactly their price (one debit, no refund)",
+    "spend_mismatches": "spend the brake counted != cost the provider reported != cost on the rows",
+    "cancels_refused": "cancels answered otherwise than 200 (cancelled), 202 (running) or 409 (finished)",
 }
 
 
@@ -109,6 +116,10 @@ FAULTS = (
     Fault("running-2", "#running:2", SUCCEEDED, 10),
     Fault("crash", "#crash", SUCCEEDED, 6),
     Fault("slow", "#sleep:0.2", SUCCEEDED, 8),
+    # Reports a cost, so the spend the brake counts is checked against what the provider said.
+    Fault("priced", "#cost:0.0125", SUCCEEDED, 6),
+    # Cancelled by its owner at a random moment: queued (refunded) or mid-call (charged, succeeded).
+    Fault("cancelled", "#sleep:1 #cost:0.002", CANCELLED, 5),
 )
 
 
@@ -131,12 +142,24 @@ class SoakJob:
     dlq_copy: bool = False
     cost: float | None = None
     last_error_class: str | None = None
+    usage_recorded: bool = False
+    # Seconds after acceptance at which the soak cancels the job (the `cancelled` fault), and
+    # the status the cancel was answered with.
+    cancel_after: float | None = None
+    cancel_status: int | None = None
 
     @property
     def outcome(self) -> str | None:
         if self.status == FAILED_FINAL and self.dead_lettered:
             return DEAD_LETTERED
+        if self.status == FAILED_FINAL and self.last_error_class == CANCELLED:
+            return CANCELLED
         return self.status
+
+    def outcome_expected(self) -> bool:
+        if self.fault.expect == CANCELLED:
+            return self.outcome in (CANCELLED, SUCCEEDED)
+        return self.outcome == self.fault.expect
 
 
 @dataclass
@@ -158,6 +181,7 @@ class RowState:
     #: The model spend recorded on the row (USD), when the target can read it.
     cost: float | None = None
     last_error_class: str | None = None
+    usage_recorded: bool = False
 
 
 @dataclass
@@ -207,12 +231,15 @@ class ProviderRuns:
         self.calls: Counter[str] = Counter()
         self.successes: Counter[str] = Counter()
         self.crashes: Counter[str] = Counter()
+        # The cost each successful call reported (USD), summed per job.
+        self.costs: dict[str, float] = defaultdict(float)
 
-    def record(self, job_id: str, outcome: str) -> None:
+    def record(self, job_id: str, outcome: str, cost: float | None = None) -> None:
         with self._lock:
             self.calls[job_id] += 1
             if outcome == SUCCEEDED:
                 self.successes[job_id] += 1
+                self.costs[job_id] += cost or 0.0
             elif outcome == "crash":
                 self.crashes[job_id] += 1
 
@@ -236,7 +263,7 @@ class CountingProvider:
         except Exception:
             self._runs.record(job_id, "error")
             raise
-        self._runs.record(job_id, getattr(result, "status", "succeeded"))
+        self._runs.record(job_id, getattr(result, "status", "succeeded"), getattr(result, "cost", None))
         return result
 
     def generate_text(self, request: TextRequest) -> TextResult:
@@ -293,6 +320,7 @@ class SoakTarget(Protocol):
     def fire_cron(self, expression: str, scheduled: datetime) -> dict[str, Any] | None: ...
     def ledger(self, user: SoakUser) -> LedgerView | None: ...
     def dead_letters(self, job_ids: set[str]) -> set[str] | None: ...
+    def spend_counted(self, days: set[str]) -> float | None: ...
     def messages_left(self) -> int | None: ...
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None: ...
 
@@ -317,7 +345,12 @@ class _StageAccess:
             row = self.store(job.user_id).get(job.user_id, job.job_id)
             if row is not None:
                 states[job.job_id] = RowState(
-                    row.status.value, row.attempts, row.dead_lettered, row.cost, row.last_error_class
+                    row.status.value,
+                    row.attempts,
+                    row.dead_lettered,
+                    row.cost,
+                    row.last_error_class,
+                    usage_recorded=bool(row.usage),
                 )
         return states
 
@@ -364,6 +397,13 @@ class _StageAccess:
             if entry.job_id in job_ids
         }
 
+    def spend_counted(self, days: set[str]) -> float:
+        """What the spend brake counted for the stage on `days` (USD)."""
+        from aijobs.store.spend import SpendRecords
+
+        records = SpendRecords(self.directory.meta)
+        return float(sum(records.day_state(day).stage_usd for day in days))
+
     def messages_left(self) -> int:
         sqs, left = aws.sqs(), 0
         for url in (*self.target.queue_urls.values(), *self.target.dlq_urls.values()):
@@ -390,7 +430,8 @@ class LocalSoakTarget:
         from aijobs_cdk.stage import load_stage_config
         from aijobs_cli.local_stack import LocalStack
 
-        self.config = load_stage_config("local", overrides)
+        # A spend cap no soak reaches: the brake counts every job's cost, which the soak checks.
+        self.config = load_stage_config("local", {"SPEND_DAILY_CAP_USD": "1000000", **(overrides or {})})
         self.label = "local stack (functions in-process, moto in its own process; stage local)"
         self.kinds = tuple(kind for kind in SOAK_KINDS if kind in self.config.queue_names)
         self.prices = self.config.prices
@@ -478,6 +519,9 @@ class LocalSoakTarget:
 
     def messages_left(self) -> int | None:
         return self.access.messages_left()
+
+    def spend_counted(self, days: set[str]) -> float | None:
+        return self.access.spend_counted(days)
 
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None:
         return None  # the local stack publishes no Lambda, DynamoDB or SQS metrics
@@ -570,6 +614,9 @@ class DeployedSoakTarget:
     def messages_left(self) -> int | None:
         # A deployed stage has other traffic; its queues never need to be empty for the soak.
         return None
+
+    def spend_counted(self, days: set[str]) -> float | None:
+        return None  # other traffic counts too, and provider costs are not observed
 
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None:
         """Throttles and peaks CloudWatch saw in the window (needs `stack`)."""
@@ -756,6 +803,10 @@ def plan_jobs(
         kind = kinds[index % len(kinds)] if index < len(kinds) else rng.choice(kinds)
         job = SoakJob(index=index, user_id="", kind=kind, fault=fault, price=prices.get(kind, 1))
         job.user_id = str(index % users)  # the user's index until users exist
+        if fault.expect == CANCELLED:
+            # Within the call's second: mid-call mostly (then charged), or while it still waits in
+            # its batch behind others (then refunded).
+            job.cancel_after = rng.uniform(0.0, 0.8)
         roll = rng.random()
         if roll < 0.15:
             job.early_copy = rng.uniform(0.05, 1.5)
@@ -859,6 +910,7 @@ def run_soak(
     deadline = started + timeout_seconds
     say(f"soak: {jobs} jobs, {len(people)} users, seed {seed}, against {target.label}")
     pool = ThreadPoolExecutor(max_workers=submit_workers, thread_name_prefix="soak-submit")
+    cancel_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-cancel")
     futures: list[Future[None]] = []
     submitted_jobs: list[SoakJob] = []
     stopped: list[str] = []
@@ -897,6 +949,14 @@ def run_soak(
     last_finished = started
     finished: set[str] = set()
     pending_early: set[str] = set()
+    cancels: Counter[int] = Counter()
+
+    def cancel(job: SoakJob) -> None:
+        response = api.call(target.api(by_user[job.user_id]), "POST", f"/jobs/{job.job_id}/cancel")
+        job.cancel_status = response.status if response is not None else 0
+        with lock:
+            cancels[job.cancel_status] += 1
+
     last_line, next_say = "", started
     while time.monotonic() < deadline:
         now = time.monotonic()
@@ -911,6 +971,15 @@ def run_soak(
                 pending_early.add(job.job_id)
                 if target.send_copy(job, dead_letter_queue=False):
                     injected["main_queue_early"] += 1
+            if (
+                job.cancel_after is not None
+                and job.cancel_status is None
+                and now >= job.accepted_at + job.cancel_after
+            ):
+                job.cancel_status = -1  # sent (its answer replaces this)
+                with lock:
+                    # Not behind the submissions: a cancel is due now, not once they are all in.
+                    futures.append(cancel_pool.submit(cancel, job))
         if now >= next_cron:
             for expression in CRONS:
                 fire_pair(expression)
@@ -944,6 +1013,7 @@ def run_soak(
     if feeder is not None:
         feeder.join()
     pool.shutdown(wait=True, cancel_futures=True)
+    cancel_pool.shutdown(wait=True)
     for future in futures:  # a submission that raised is a bug of the soak itself: say so
         error = None if future.cancelled() else future.exception()
         if error is not None:
@@ -974,6 +1044,7 @@ def run_soak(
         else:
             job.status, job.attempts, job.dead_lettered = row.status, row.attempts, row.dead_lettered
             job.cost, job.last_error_class = row.cost, row.last_error_class
+            job.usage_recorded = row.usage_recorded
     invariants: dict[str, int | None] = dict.fromkeys(INVARIANTS, 0)
 
     def violate(name: str, what: str) -> None:
@@ -987,7 +1058,7 @@ def run_soak(
         if job.missing or job.status not in (SUCCEEDED, FAILED_FINAL):
             violate("jobs_lost", f"{label}: {'row missing' if job.missing else job.status}")
             continue
-        if job.outcome != job.fault.expect:
+        if not job.outcome_expected():
             violate("wrong_terminal_status", f"{label}: {job.outcome}, expected {job.fault.expect}")
         if job.attempts > target.max_attempts:
             violate("attempts_over_budget", f"{label}: {job.attempts} attempts")
@@ -1001,9 +1072,21 @@ def run_soak(
                 )
             if job.status == SUCCEEDED and successes == 0:
                 violate("succeeded_without_provider_success", f"{job.job_id} ({job.kind}, {job.fault.name})")
+            if successes and not (job.status == SUCCEEDED and job.usage_recorded):
+                violate(
+                    "model_calls_unrecorded",
+                    f"{job.job_id} ({job.kind}, {job.fault.name}): {job.outcome}, usage recorded "
+                    f"{job.usage_recorded}",
+                )
+        _check_spend(target, accepted, runs, window_start, violate, invariants)
     else:
         invariants["provider_successes_over_one"] = None
         invariants["succeeded_without_provider_success"] = None
+        invariants["model_calls_unrecorded"] = None
+        invariants["spend_mismatches"] = None
+    for job in accepted:
+        if job.cancel_status is not None and job.cancel_status not in (200, 202, 409):
+            violate("cancels_refused", f"{job.job_id}: cancel answered {job.cancel_status}")
     invariants["api_5xx"] = sum(n for status, n in api.statuses.items() if status >= 500 or status == 0)
     examples["api_5xx"] = api.errors[:20]
     invariants["api_rejections"] = len(examples["api_rejections"])
@@ -1032,6 +1115,11 @@ def run_soak(
         "copies_on_main_queues_in_flight": injected["main_queue_early"],
         "copies_on_main_queues_after_finish": injected["main_queue_late"],
         "copies_on_dead_letter_queues": injected["dead_letter_queue"],
+        "cancels": {str(status): n for status, n in sorted(cancels.items())},
+        "cancelled_jobs": sum(1 for job in accepted if job.outcome == CANCELLED),
+        "cancelled_mid_call_and_charged": sum(
+            1 for job in accepted if job.cancel_status == 202 and job.status == SUCCEEDED
+        ),
         "cron_double_fires": cron["pairs"],
         "cron_double_fires_both_ran": cron["pairs_both_ran"],
         "short_grants": sum(len(user.short_grants) for user in people),
@@ -1124,6 +1212,33 @@ def _load_report(
     }
 
 
+def _check_spend(
+    target: SoakTarget,
+    accepted: list[SoakJob],
+    runs: ProviderRuns,
+    started: datetime,
+    violate: Callable[[str, str], None],
+    invariants: dict[str, int | None],
+) -> None:
+    """The three figures of the run's model spend must agree: what the provider reported for
+    every result, what the rows recorded, what the spend brake counted (stage days of the run)."""
+    from aijobs.spend import day_of, time_zone
+
+    zone = time_zone("UTC")
+    days = {day_of(started, zone), day_of(datetime.now(UTC), zone)}
+    counted = target.spend_counted(days)
+    if counted is None:
+        invariants["spend_mismatches"] = None
+        return
+    reported = sum(runs.costs[job.job_id] for job in accepted)
+    on_rows = sum(job.cost or 0.0 for job in accepted if job.status == SUCCEEDED)
+    if not (abs(counted - reported) < 1e-6 and abs(on_rows - reported) < 1e-6):
+        violate(
+            "spend_mismatches",
+            f"provider reported {reported:.6f} USD, rows recorded {on_rows:.6f}, brake counted {counted:.6f}",
+        )
+
+
 def _check_ledgers(
     target: SoakTarget,
     people: list[SoakUser],
@@ -1136,6 +1251,7 @@ def _check_ledgers(
         invariants["balance_mismatches"] = None
         invariants["ledger_errors_per_job"] = None
         invariants["grants_not_expired"] = None
+        invariants["results_not_charged"] = None
         return
     jobs_of: dict[str, list[SoakJob]] = defaultdict(list)
     for job in accepted:
@@ -1167,6 +1283,12 @@ def _check_ledgers(
         for job in jobs_of[user.user_id]:
             counts = view.per_job.get(job.job_id, Counter())
             refund_due = 1 if job.status == FAILED_FINAL else 0
+            if job.status == SUCCEEDED and (counts["debit"] != 1 or counts["refund"]):
+                violate(
+                    "results_not_charged",
+                    f"{job.job_id} ({job.fault.name}): {counts['debit']} debit(s), "
+                    f"{counts['refund']} refund(s)",
+                )
             if counts["debit"] != 1 or counts["refund"] != refund_due:
                 violate(
                     "ledger_errors_per_job",
