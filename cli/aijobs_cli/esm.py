@@ -8,6 +8,7 @@ reappear after their visibility timeout (so receive counts and the redrive polic
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from aijobs.providers.local import SimulatedCrash
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_sqs.type_defs import MessageTypeDef
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueOutputTypeDef, MessageTypeDef
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -58,12 +59,24 @@ def sqs_record(message: MessageTypeDef, queue_arn: str) -> dict[str, Any]:
             "SenderId": attributes.get("SenderId", ""),
             "ApproximateFirstReceiveTimestamp": attributes.get("ApproximateFirstReceiveTimestamp", "0"),
         },
-        "messageAttributes": {},
+        "messageAttributes": {
+            name: _message_attribute(value) for name, value in message.get("MessageAttributes", {}).items()
+        },
         "md5OfBody": message.get("MD5OfBody", ""),
         "eventSource": "aws:sqs",
         "eventSourceARN": queue_arn,
         "awsRegion": region,
     }
+
+
+def _message_attribute(value: MessageAttributeValueOutputTypeDef) -> dict[str, Any]:
+    """A ReceiveMessage message attribute as a Lambda SQS event carries it (binary as base64)."""
+    entry: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+    if "StringValue" in value:
+        entry["stringValue"] = value["StringValue"]
+    if "BinaryValue" in value:
+        entry["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+    return entry
 
 
 class InvalidBatchResponse(Exception):
@@ -128,6 +141,7 @@ class QueueMapping:
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=min(10, self.batch_size - len(messages)),
                 AttributeNames=["All"],
+                MessageAttributeNames=["All"],
                 WaitTimeSeconds=0 if messages else self.long_poll_seconds,
             )
             got = response.get("Messages", [])

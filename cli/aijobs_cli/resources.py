@@ -96,8 +96,8 @@ class StageResources:
         env = {
             **self._common_env(),
             "ALERT_TOPIC_ARN": self.topic_arn,
+            **self._queue_env(),
             **self.config.dlq_settings_env(),
-            **self._linked_env(tuple(self.config.workflow_children)),
             **dead_letter_queues_env({kind: queue_name_of(url) for kind, url in self.dlq_urls.items()}),
         }
         DlqSettings.from_env(env)

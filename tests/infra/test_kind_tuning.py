@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from aijobs.bindings import KindLimits, parse_limits
+from aijobs.settings import DlqSettings
 from aijobs.stage_config import EVENT_SOURCE_MAPPINGS, LEASE_MARGIN_SECONDS, RECEIVE_HEADROOM
 from tests.infra.conftest import _synth
-from tests.infra.template import Synth, role_statements, target_id
+from tests.infra.template import Synth, role_statements, symbolic_environment, target_id
 from tests.probe_kinds import Tuning, declared, text_kind
 
 pytestmark = pytest.mark.infra
@@ -21,6 +22,7 @@ TUNED, SINGLE, PLAIN = "tuning-probe", "tuning-single", "summary"
 OWN = Tuning(timeout_seconds=120, memory_mb=1024, max_retries=6, batch_size=2, max_concurrency=8)
 CONSUMER = "queue_consumer.handler.handler"
 CRON = "cron_dispatcher.handler.handler"
+DLQ = "dlq_consumer.handler.handler"
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +109,31 @@ def test_the_cron_dispatcher_knows_each_kinds_attempts_lease_and_ceiling(tuned: 
         TUNED: KindLimits(attempts=7, lease=120 + LEASE_MARGIN_SECONDS, ceiling=8),
         SINGLE: KindLimits(attempts=config.max_retries + 1, lease=config.lease_seconds, ceiling=1),
     }
+
+
+def test_the_dlq_consumer_knows_each_kinds_attempt_budget_and_may_send_to_each_kinds_queue(
+    tuned: Synth,
+) -> None:
+    """A redriven message of a job with attempts left goes back to its kind's queue; only a spent
+    budget (the kind's own) finalizes the job."""
+    ((dlq_id, dlq),) = tuned.functions_by_handler(DLQ).items()
+    settings = DlqSettings.from_env(symbolic_environment(dlq))
+    config = tuned.config
+    assert {kind: limits.attempts for kind, limits in settings.kind_limits.items()} == {
+        PLAIN: config.max_retries + 1,
+        TUNED: 7,
+        SINGLE: config.max_retries + 1,
+    }
+    assert set(settings.queue_urls) == {PLAIN, TUNED, SINGLE}
+    sendable = {
+        target_id(resource)
+        for statement in role_statements(tuned, dlq_id)
+        if "sqs:SendMessage" in statement["Action"]
+        for resource in (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+    }
+    for kind in (PLAIN, TUNED, SINGLE):
+        main_queue = target_id(_mapping(tuned, kind)[1]["EventSourceArn"])
+        assert main_queue in sendable, kind
+        assert settings.queue_urls[kind] == f"ref:{main_queue}"

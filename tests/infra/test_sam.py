@@ -118,7 +118,8 @@ def test_the_env_file_gives_every_function_the_deployed_stacks_real_names(
             assert queue_name(settings.dlq_url) == deployed_name(settings.queue_name, DLQ_SUFFIX)
             linked = settings.linked_queue_urls
         elif isinstance(settings, DlqSettings):
-            linked = settings.linked_queue_urls
+            linked = settings.queue_urls
+            assert set(linked) == set(synth.config.queue_names), logical_id
             assert settings.dead_letter_kinds == {
                 deployed_name(kind, DLQ_SUFFIX): kind for kind in synth.config.queue_names
             }

@@ -1,8 +1,10 @@
 """Workflow kinds on the synthesized stack: linked queue URLs, send rights and inherited model access.
 
-A workflow's consumer sends its children to the child kind's queue; the child kind's consumer (and
-the DLQ consumer, for a dead last child) queues the parent's merge step. Each of them gets exactly
-those queues: one `Q_*` URL each, named in `LINKED_QUEUES`, and `sqs:SendMessage` on them.
+A workflow's consumer sends its children to the child kind's queue; the child kind's consumer
+queues the parent's merge step. Each of them gets exactly those queues: one `Q_*` URL each, named in
+`LINKED_QUEUES`, and `sqs:SendMessage` on them. The DLQ consumer (a dead last child queues its
+parent's merge; a job SQS redrove with attempts left goes back to its own queue) gets every kind's
+queue, as the API and the cron do: `QUEUE_NAMES` and one `Q_*` URL each.
 """
 
 from __future__ import annotations
@@ -225,39 +227,21 @@ def test_without_a_configured_workflow_no_consumer_links_a_queue(capped: Synth) 
 # --- the DLQ consumer ----------------------------------------------------------------------------
 
 
-def test_dlq_consumer_gets_every_workflow_queue_and_may_send_only_to_those(dev: Synth) -> None:
-    function_id = _dlq_consumer(dev)
-    env = _env(dev, function_id)
-    workflows = set(_workflows(dev.config.queue_names))
-    assert "report" in workflows  # the shipped dev stage configures workflows
-    assert set(split_list(env["LINKED_QUEUES"])) == workflows
-    assert {key: target_id(env[key]) for key in _queue_bindings(env)} == {
-        binding_name(kind): _queue(dev, kind) for kind in workflows
-    }
-    assert _send_targets(dev, function_id) == {_queue(dev, kind) for kind in workflows}
-
-
-def test_dlq_consumer_links_only_the_configured_workflows(openai_children: Synth) -> None:
-    function_id = _dlq_consumer(openai_children)
-    env = _env(openai_children, function_id)
-    assert set(split_list(env["LINKED_QUEUES"])) == {"report", "embedding-batch"}
-    assert _queue_bindings(env) == {"Q_REPORT", "Q_EMBEDDING_BATCH"}
-    assert _send_targets(openai_children, function_id) == {
-        _queue(openai_children, "report"),
-        _queue(openai_children, "embedding-batch"),
-    }
-
-
-@pytest.mark.parametrize("fixture", ["capped", "single_consumer"])
-def test_dlq_consumer_without_workflows_links_nothing_and_may_send_nowhere(
+@pytest.mark.parametrize("fixture", ALL_FIXTURES)
+def test_dlq_consumer_gets_every_kinds_queue_and_may_send_only_to_those(
     fixture: str, request: pytest.FixtureRequest
 ) -> None:
     synth: Synth = request.getfixturevalue(fixture)
     function_id = _dlq_consumer(synth)
     env = _env(synth, function_id)
-    assert env["LINKED_QUEUES"] == ""
-    assert _queue_bindings(env) == set()
-    assert _send_targets(synth, function_id) == set()
+    kinds = synth.config.queue_names
+    assert split_list(env["QUEUE_NAMES"]) == kinds
+    assert "LINKED_QUEUES" not in env
+    assert {key: target_id(env[key]) for key in _queue_bindings(env)} == {
+        binding_name(kind): _queue(synth, kind) for kind in kinds
+    }
+    # Main queues only: never a DLQ (the consumer moves messages there, the DLQ consumer does not).
+    assert _send_targets(synth, function_id) == {_queue(synth, kind) for kind in kinds}
 
 
 # --- settings models -----------------------------------------------------------------------------
@@ -282,8 +266,8 @@ def test_every_function_environment_reads_back_its_linked_queues_through_its_set
             assert settings.stuck_queued_seconds == synth.config.stuck_queued_seconds, logical_id
             assert settings.queue_url == f"ref:{_queue(synth, kind)}", logical_id
         elif isinstance(settings, DlqSettings):
-            assert settings.linked_queue_urls == {
-                parent: f"ref:{_queue(synth, parent)}" for parent in synth.config.workflow_children
+            assert settings.queue_urls == {
+                kind: f"ref:{_queue(synth, kind)}" for kind in synth.config.queue_names
             }, logical_id
 
 

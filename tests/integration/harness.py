@@ -222,6 +222,23 @@ class Stage:
         messages: list[Any] = response.get("Messages", [])
         return messages
 
+    def redrive(self, kind: str) -> None:
+        """Receive the kind's one waiting message `maxReceiveCount` times without running it (receives
+        that never reach our code: a throttled invocation, a function that failed to start), so SQS's
+        redrive policy moves it to the kind's DLQ, as it would in AWS."""
+        url = self.resources.queue_urls[kind]
+        policy = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]
+        for _ in range(json.loads(policy["RedrivePolicy"])["maxReceiveCount"]):
+            assert len(self.sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]) == 1
+        assert "Messages" not in self.sqs.receive_message(QueueUrl=url)  # this receive moved it
+
+    def depth(self, url: str) -> int:
+        """Every message of a queue, visible, in flight or delayed (read without receiving any)."""
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                 "ApproximateNumberOfMessagesDelayed"]  # fmt: skip
+        found = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+        return sum(int(found[name]) for name in names)
+
     def drain(self, kind: str, *, rounds: int = 20) -> Iterator[Any]:
         mapping = self.mapping(kind)
         for _ in range(rounds):

@@ -17,6 +17,7 @@ from aijobs.scheduled.maintenance import run_maintenance
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS, ScheduledHandler
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
+from aijobs.store.jobs import JobKey
 from aijobs.store.retention import RetentionConfigError, write_retention
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, schedule_event
@@ -274,3 +275,18 @@ def test_a_young_queued_job_is_left_alone(stage: Stage) -> None:
     stage.submit("alice", "summary", TEXT)
     stage.clock.advance(60)
     assert run_sweeper(SWEEP, _ctx(stage))["actions"] == {}
+
+
+def test_a_held_job_is_left_alone_until_its_hold_is_overdue(stage: Stage) -> None:
+    """A hold may be longer than STUCK_QUEUED_SECONDS (TENANT_HOLD_SECONDS up to 15 minutes): its
+    copy is still waiting, so the sweeper re-sends it only once the hold is that much overdue."""
+    job = stage.submit("alice", "summary", TEXT)
+    stage.receive(stage.resources.queue_urls["summary"])  # the held copy, waiting in the queue
+    ctx = _ctx(stage)
+    now = stage.clock()
+    store = stage.store_for("alice")
+    assert store.hold(JobKey("alice", job.job_id, "summary"), now=now, until=now + 2 * ctx.stuck_after)
+    stage.clock.advance(ctx.stuck_after.total_seconds() + 1)
+    assert run_sweeper(SWEEP, ctx)["actions"] == {"summary:not_due": 1}
+    stage.clock.advance(2 * ctx.stuck_after.total_seconds())
+    assert run_sweeper(SWEEP, ctx)["actions"] == {"summary:resent": 1}  # the copy was lost after all

@@ -15,7 +15,7 @@ from aijobs.errors import NotFoundError, TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.store.dead_letter_records import list_dead_letters
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.esm import LambdaContext, sqs_record
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration
@@ -93,6 +93,72 @@ def test_a_duplicate_dead_letter_delivery_alerts_once(stage: Stage) -> None:
     assert stage.job(job).status is JobStatus.FAILED_FINAL
 
 
+def test_a_late_copy_of_a_dead_letter_after_a_rerun_leaves_the_job_queued_and_pages_no_one(
+    stage: Stage,
+) -> None:
+    inbox = stage.subscribe_inbox()
+    job = _exhaust(stage)
+    dlq_url = stage.resources.dlq_urls["summary"]
+    (message,) = stage.sqs.receive_message(
+        QueueUrl=dlq_url, AttributeNames=["All"], MessageAttributeNames=["All"]
+    )["Messages"]
+    event = {"Records": [sqs_record(message, stage.resources.dlq_arns["summary"])]}
+    consumer = stage.dead_letter_consumer()
+    assert consumer.handle(event, LambdaContext("dlq")) == {"batchItemFailures": []}
+    (first,) = list_dead_letters(_meta(stage), "summary")
+    _operator(stage).rerun("alice", job.job_id)
+
+    # SQS delivers the same dead letter again (at-least-once), after the operator's re-run.
+    assert consumer.handle(event, LambdaContext("dlq")) == {"batchItemFailures": []}
+    row = stage.job(job)
+    assert (row.status, row.attempts, row.dead_lettered) == (JobStatus.QUEUED, 0, False)
+    assert list_dead_letters(_meta(stage), "summary") == [first]  # no new entry
+    assert len(stage.receive(inbox)) == 1  # the first dead letter's alert only
+    assert stage.depth(stage.resources.queue_urls["summary"]) == 1  # the re-run's message, no copy
+
+
+def test_a_message_redriven_by_sqs_while_its_job_has_attempts_left_goes_back_to_its_queue(
+    stage: Stage,
+) -> None:
+    inbox = stage.subscribe_inbox()
+    job = stage.submit("alice", "summary", TEXT)
+    stage.redrive("summary")  # its receives never reached the consumer (throttled, failed to start)
+    outcome = stage.dlq_mapping("summary").poll_once()
+    assert (outcome.received, outcome.failed_ids) == (1, [])
+
+    row = stage.job(job)
+    assert (row.status, row.attempts, row.dead_lettered) == (JobStatus.QUEUED, 0, False)
+    assert list_dead_letters(_meta(stage), "summary") == []
+    assert stage.receive(inbox) == []
+    assert stage.depth(stage.resources.queue_urls["summary"]) == 1
+    list(stage.drain("summary"))
+    row = stage.job(job)
+    assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
+
+
+def test_a_message_redriven_by_sqs_after_the_budget_is_spent_finalizes_the_job(stage: Stage) -> None:
+    inbox = stage.subscribe_inbox()
+    job = stage.submit("alice", "summary", TEXT)
+    budget = stage.resources.config.queue_tuning("summary").max_attempts
+    stage.store_for("alice")._table.update_item(  # every attempt was spent (their consumers died)
+        Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
+        UpdateExpression="SET attempts = :n",
+        ExpressionAttributeValues={":n": budget},
+    )
+    stage.redrive("summary")
+    assert stage.dlq_mapping("summary").poll_once().failed_ids == []
+    row = stage.job(job)
+    assert (row.status, row.dead_lettered, row.last_error_class) == (
+        JobStatus.FAILED_FINAL,
+        True,
+        "dead_lettered",
+    )
+    (entry,) = list_dead_letters(_meta(stage), "summary")
+    assert (entry.job_id, entry.attempts) == (job.job_id, budget)
+    assert len(stage.receive(inbox)) == 1
+    assert stage.depth(stage.resources.queue_urls["summary"]) == 0
+
+
 def test_an_unreadable_dead_letter_is_recorded_without_its_body(stage: Stage) -> None:
     stage.sqs.send_message(
         QueueUrl=stage.resources.dlq_urls["summary"], MessageBody="secret prompt, not json"
@@ -109,7 +175,7 @@ def test_dlq_handler_entry_point_with_the_sample_event(stage: Stage, monkeypatch
     runtime.reset_runtime()
     from dlq_consumer import handler
 
-    job = stage.submit("user-demo", "summary", TEXT)
+    job = _exhaust(stage, user="user-demo")
     event = load_event("sqs-dlq-batch.json")
     event["Records"][0]["body"] = json.dumps({"jobId": job.job_id, "userId": "user-demo", "kind": "summary"})
     assert handler.handler(event, LambdaContext("aijobs-dev-dlq")) == {"batchItemFailures": []}

@@ -256,8 +256,11 @@ def test_each_dead_letter_event_finalizes_its_jobs(name: str, monkeypatch: pytes
     stage_name, resource = queue
     kind = str(queue_name_from_resource(stage_name, resource))
     with provisioned(stage_name) as stage:
+        # Each job spent its kind's attempt budget: only that makes a dead letter finalize a job.
+        budget = stage.resources.config.queue_tuning(kind).max_attempts
         jobs = [
-            _seed(stage, json.loads(r["body"])["jobId"], kind, JobStatus.RUNNING) for r in event["Records"]
+            _seed(stage, json.loads(r["body"])["jobId"], kind, JobStatus.RUNNING, attempts=budget)
+            for r in event["Records"]
         ]
         _use_env(monkeypatch, stage.resources.dlq_env())
         response = _handler("dlq_consumer")(event, LambdaContext(f"aijobs-{stage_name}-dlq-consumer"))

@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 
+from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.observability import METRIC_TENANT_HELD
+from aijobs.scheduled.context import CronRun
+from aijobs.scheduled.sweeper import run_sweeper
+from aijobs.settings import CronSettings
 from aijobs.store.tenants import PROFILE_CACHE_SECONDS
 from tests.integration.harness import Stage
 
@@ -30,6 +34,7 @@ def stage_values(stage_values: dict[str, str]) -> dict[str, str]:
         "PROVIDER_RECHECK_SECONDS": "900",  # re-checks stay out of the test's way
         "TENANT_MAX_RUNNING": "2",
         "TENANT_HOLD_SECONDS": "1",
+        "STUCK_QUEUED_SECONDS": "5",  # the sweeper would take a row for lost within the test
     }
 
 
@@ -91,6 +96,39 @@ def test_a_tenant_at_its_cap_waits_without_spending_an_attempt_and_runs_once_bel
     assert mapping.poll_once().received == 1
     assert stage.job(held).status is JobStatus.RUNNING
     assert stage.job(held).attempts == 1
+
+
+def test_a_held_job_is_not_resent_by_the_sweeper_and_runs_once_its_tenant_has_room(stage: Stage) -> None:
+    jobs = [stage.submit("tenant-a", KIND, RUNS_FOREVER) for _ in range(3)]
+    mapping = stage.mapping(KIND, batch_size=10)
+    mapping.poll_once()
+    held = next(job for job in jobs if stage.job(job).status is JobStatus.QUEUED)
+    url = stage.resources.queue_urls[KIND]
+    assert stage.depth(url) == 3  # the two running jobs' re-checks and the held job's copy
+    stage.send(held)  # a second copy of the held job's message (at-least-once delivery)
+    sweeper = runtime.build_cron_context(CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock)
+    sweep = CronRun("*/5 * * * *", "2026-11-29T09:10:00Z")
+
+    # Four rounds over three times STUCK_QUEUED_SECONDS, the tenant still at its cap: the held
+    # copy comes back, is held again, and the sweeper finds nothing lost. The extra copy is dropped.
+    for _ in range(4):
+        stage.clock.advance(4)
+        time.sleep(1.2)  # the copy's delay: TENANT_HOLD_SECONDS=1 (a spread of up to half of it: 0)
+        assert mapping.poll_once().failed_ids == []
+        assert run_sweeper(sweep, sweeper)["actions"] == {}
+        assert stage.depth(url) == 3
+    row = stage.job(held)
+    assert (row.status, row.attempts) == (JobStatus.QUEUED, 0)
+
+    running = next(job for job in jobs if stage.job(job).status is JobStatus.RUNNING)
+    store = stage.store_for("tenant-a")
+    store.fail_final(stage.job(running), now=stage.clock(), error_class="cancelled", message="test")
+    stage.clock.advance(4)
+    time.sleep(1.2)
+    assert mapping.poll_once().received == 1
+    row = stage.job(held)
+    assert (row.status, row.attempts) == (JobStatus.RUNNING, 1)
+    assert stage.provider.calls[held.job_id] == 1
 
 
 def test_a_lapsed_lease_does_not_count_against_the_cap(stage: Stage) -> None:

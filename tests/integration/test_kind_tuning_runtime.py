@@ -103,3 +103,23 @@ def test_the_sweeper_spends_each_kinds_own_attempt_budget(stage: Stage) -> None:
     assert run_sweeper(SWEEP, ctx)["actions"] == {f"{TUNED}:resent": 1, f"{PLAIN}:finalized": 1}
     # Without the kind's limits the same run would have finalized both: the budget is the kind's.
     assert replace(ctx, limits={}).max_attempts_of(TUNED) == 4
+
+
+def test_the_dead_letter_consumer_spends_each_kinds_own_attempt_budget(stage: Stage) -> None:
+    """A message SQS redrove (its receives never reached the consumer) of a job with 4 attempts
+    spent: the stage's budget (4) is gone, the tuned kind's (6) is not. The DLQ consumer finalizes
+    the first and sends the second back to its queue."""
+    jobs = {kind: stage.submit("alice", kind, TEXT) for kind in (TUNED, PLAIN)}
+    for kind, job in jobs.items():
+        stage.store_for("alice")._table.update_item(
+            Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
+            UpdateExpression="SET attempts = :n",
+            ExpressionAttributeValues={":n": 4},
+        )
+        stage.redrive(kind)
+        assert stage.dlq_mapping(kind).poll_once().failed_ids == []
+    tuned, plain = stage.job(jobs[TUNED]), stage.job(jobs[PLAIN])
+    assert (plain.status, plain.dead_lettered) == (JobStatus.FAILED_FINAL, True)
+    assert (tuned.status, tuned.dead_lettered, tuned.attempts) == (JobStatus.QUEUED, False, 4)
+    list(stage.drain(TUNED))
+    assert (stage.job(jobs[TUNED]).status, stage.job(jobs[TUNED]).attempts) == (JobStatus.SUCCEEDED, 5)

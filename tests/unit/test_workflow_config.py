@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from dotenv import dotenv_values
 
+from aijobs.bindings import KIND_LIMITS, binding_name, parse_limits
 from aijobs.kinds.registry import require
 from aijobs.provider_plan import KindPlan, ProviderPlanError, parse_provider_plan, plans_from_setting
 from aijobs.settings import ConsumerSettings, DlqSettings
@@ -59,6 +60,7 @@ def _dlq_env(config: StageConfig, **urls: str) -> dict[str, str]:
         "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
         **config.table_settings_env(),
         "ALERT_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts",
+        "QUEUE_NAMES": ";".join(config.queue_names),
         **config.dlq_settings_env(),
         **dead_letter_queues_env({kind: f"{kind}-dlq" for kind in config.queue_names}),
         **urls,
@@ -209,7 +211,6 @@ def test_a_child_kind_without_its_workflow_links_nothing() -> None:
         "embedding": (),
         "image-generate": (),
     }
-    assert config.dlq_settings_env() == {"LINKED_QUEUES": ""}
 
 
 def test_consumer_env_carries_the_stuck_queued_threshold() -> None:
@@ -219,10 +220,15 @@ def test_consumer_env_carries_the_stuck_queued_threshold() -> None:
     ] == ("120")
 
 
-def test_dlq_env_links_every_configured_workflow() -> None:
-    assert set(split_list(_config().dlq_settings_env()["LINKED_QUEUES"])) == set(WORKFLOWS)
-    partial = parse_stage_config("dev", {"QUEUE_NAMES": "summary;report;embedding"})
-    assert partial.dlq_settings_env() == {"LINKED_QUEUES": "report"}
+def test_dlq_env_gives_every_kind_its_attempt_budget_and_links_nothing() -> None:
+    """The DLQ consumer sends to every kind's queue (QUEUE_NAMES, as the API and the cron), so it
+    needs no LINKED_QUEUES; a spent budget, the kind's own, is what finalizes a job."""
+    config = _config(MAX_RETRIES="2")
+    env = config.dlq_settings_env()
+    assert "LINKED_QUEUES" not in env
+    assert {
+        kind: limits.attempts for kind, limits in parse_limits(env[KIND_LIMITS]).items()
+    } == dict.fromkeys(config.queue_names, 3)
 
 
 # --- settings models -----------------------------------------------------------------------------
@@ -260,22 +266,26 @@ def test_consumer_settings_need_the_stuck_queued_threshold() -> None:
         ConsumerSettings.from_env(env)
 
 
-def test_dlq_settings_read_every_workflow_queue_and_refuse_a_missing_one() -> None:
+def test_dlq_settings_read_every_kinds_queue_and_budget_and_refuse_a_missing_one() -> None:
     config = _config()
-    urls = {
-        "Q_REPORT": "u-report",
-        "Q_EMBEDDING_BATCH": "u-embedding-batch",
-        "Q_IMAGE_BATCH": "u-image-batch",
-    }
+    urls = {binding_name(kind): f"u-{kind}" for kind in config.queue_names}
     settings = DlqSettings.from_env(_dlq_env(config, **urls))
-    assert settings.linked_queue_urls == {
-        "report": "u-report",
-        "embedding-batch": "u-embedding-batch",
-        "image-batch": "u-image-batch",
-    }
-    del urls["Q_EMBEDDING_BATCH"]
+    assert settings.queue_urls == {kind: f"u-{kind}" for kind in config.queue_names}
+    assert set(settings.kind_limits) == set(config.queue_names)
+    without = {key: value for key, value in urls.items() if key != "Q_EMBEDDING_BATCH"}
     with pytest.raises(ValueError, match=re.escape("['Q_EMBEDDING_BATCH']")):
-        DlqSettings.from_env(_dlq_env(config, **urls))
+        DlqSettings.from_env(_dlq_env(config, **without))
+    env = _dlq_env(config, **urls)
+    with pytest.raises(ValueError, match=KIND_LIMITS):
+        DlqSettings.from_env({key: value for key, value in env.items() if key != KIND_LIMITS})
+    fewer = parse_stage_config("dev", {"QUEUE_NAMES": "summary;report"})
+    missing = "['embedding', 'embedding-batch'"
+    with pytest.raises(ValueError, match=re.escape(f"{KIND_LIMITS} has no attempt budget for {missing}")):
+        DlqSettings.from_env({**env, KIND_LIMITS: fewer.kind_limits_setting})
+    with pytest.raises(ValueError, match=re.escape("QUEUE_NAMES does not name the queues of ['embedding']")):
+        DlqSettings.from_env(
+            {**env, "QUEUE_NAMES": ";".join(k for k in config.queue_names if k != "embedding")}
+        )
 
 
 # --- the local stack's environments --------------------------------------------------------------
@@ -310,36 +320,34 @@ def test_local_consumer_env_gives_each_consumer_its_linked_queue_urls() -> None:
     assert ConsumerSettings.from_env(report).linked_queue_urls == {"summary": "http://sqs.local/summary"}
 
 
-def test_local_dlq_env_gives_the_dlq_consumer_every_workflow_queue_url() -> None:
-    env = _local_resources().dlq_env()
+def test_local_dlq_env_gives_the_dlq_consumer_every_kinds_queue_url_and_budget() -> None:
+    resources = _local_resources()
+    env = resources.dlq_env()
+    kinds = resources.config.queue_names
     assert {key: value for key, value in env.items() if key.startswith("Q_")} == {
-        "Q_REPORT": "http://sqs.local/report",
-        "Q_EMBEDDING_BATCH": "http://sqs.local/embedding-batch",
-        "Q_IMAGE_BATCH": "http://sqs.local/image-batch",
+        binding_name(kind): f"http://sqs.local/{kind}" for kind in kinds
     }
-    assert DlqSettings.from_env(env).linked_queue_urls == {
-        kind: f"http://sqs.local/{kind}" for kind in WORKFLOWS
-    }
+    settings = DlqSettings.from_env(env)
+    assert settings.queue_urls == {kind: f"http://sqs.local/{kind}" for kind in kinds}
+    assert set(settings.kind_limits) == set(kinds)
 
 
 def test_a_function_without_linked_queues_fails_at_cold_start() -> None:
     """LINKED_QUEUES may be empty, never missing: a missing one means a miswired stack."""
-    env = {
-        "STAGE": "dev", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
-        "DEAD_LETTER_QUEUES": "", "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
-        "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
-    }  # fmt: skip
-    assert DlqSettings.from_env({**env, "LINKED_QUEUES": ""}).linked_queue_urls == {}
+    env = _consumer_env(_config(), "tts-generate")
+    assert ConsumerSettings.from_env({**env, "LINKED_QUEUES": ""}).linked_queue_urls == {}
+    del env["LINKED_QUEUES"]
     with pytest.raises(ValueError, match="LINKED_QUEUES is missing"):
-        DlqSettings.from_env(env)
+        ConsumerSettings.from_env(env)
 
 
 def test_the_dlq_consumer_maps_its_queues_to_kinds_from_its_environment() -> None:
     """Production queue names are generated: the kind of a DLQ is given, never parsed from it."""
     env = {
         "STAGE": "prod", "META_TABLE_NAME": "m", "SHARD_TABLE_NAMES": "s", "ALERT_TOPIC_ARN": "arn:t",
-        "LINKED_QUEUES": "", "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks",
-        "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
+        "WEBHOOK_QUEUE_URL": "https://sqs.example/webhooks", "INDEX_BUCKETS": "8", "INDEX_BUCKETS_READ": "8",
+        "QUEUE_NAMES": "summary;tts-generate", "Q_SUMMARY": "u-summary", "Q_TTS_GENERATE": "u-tts",
+        KIND_LIMITS: "summary=attempts:4,lease:90,ceiling:1000;tts-generate=attempts:4,lease:90,ceiling:1000",
     }  # fmt: skip
     names = {"summary": "aijobs-prod-QueuesummaryDlq1A2B-x1", "tts-generate": "aijobs-prod-QueuettsDlq3C-y2"}
     settings = DlqSettings.from_env({**env, **dead_letter_queues_env(names)})

@@ -1,4 +1,5 @@
-"""The DLQ consumer: one function reading every kind's DLQ; it records and alerts, never re-queues."""
+"""The DLQ consumer: one function reading every kind's DLQ; it records, finalizes and alerts when
+the job's attempt budget is spent, and sends a job SQS redrove with attempts left back to its queue."""
 
 from __future__ import annotations
 

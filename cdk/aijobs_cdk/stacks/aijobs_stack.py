@@ -124,18 +124,17 @@ class AijobsStack(Stack):
             assert config.jwt_audience
             authorizer = HttpJwtAuthorizer("Jwt", config.jwt_issuer_url, jwt_audience=[config.jwt_audience])
         api = Api(self, "Api", config=config, producer=producer, authorizer=authorizer)
-        workflow_queues = {
-            config.bindings[kind]: by_kind[kind].queue.queue_url for kind in config.workflow_children
-        }
+        # The DLQ consumer sends to every kind's queue: a redriven job with attempts left goes back
+        # to its own, a workflow whose last child died gets its merge.
         dead_letters = DeadLetters(
             self, "DeadLetters", config=config, queues=queues, functions=functions,
             environment={
-                **table_env, **alert_env, **config.dlq_settings_env(), **workflow_queues,
+                **table_env, **alert_env, **queue_env, **config.dlq_settings_env(),
                 **dead_letter_queues_env({q.kind: q.dlq.queue_name for q in queues}),
             },
         )  # fmt: skip
-        for kind in config.workflow_children:
-            by_kind[kind].queue.grant_send_messages(dead_letters.consumer)
+        for job_queue in queues:
+            job_queue.queue.grant_send_messages(dead_letters.consumer)
         dispatcher = functions.function(
             self,
             "CronDispatcher",

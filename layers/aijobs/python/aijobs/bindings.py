@@ -21,8 +21,9 @@ DEAD_LETTER_QUEUES = "DEAD_LETTER_QUEUES"
 # (UUIDs from the stack; the local stack's own ids). Empty with QUEUE_MAX_CONCURRENCY=1.
 EVENT_SOURCE_MAPPINGS = "EVENT_SOURCE_MAPPINGS"
 
-# The cron's per-kind limits (the sweeper's attempt budget and lease, the adaptive-concurrency
-# ceiling), which a kind's declaration may change: `KIND_LIMITS=kind=attempts:4,lease:90,ceiling:1000;...`.
+# The per-kind limits (the sweeper's and the DLQ consumer's attempt budget, the sweeper's lease, the
+# adaptive-concurrency ceiling), which a kind's declaration may change:
+# `KIND_LIMITS=kind=attempts:4,lease:90,ceiling:1000;...`.
 KIND_LIMITS = "KIND_LIMITS"
 _LIMIT_FIELDS = ("attempts", "lease", "ceiling")
 

@@ -1,10 +1,21 @@
-"""The DLQ consumer: record each dead letter for operators, finalize its job, alert. Never re-queue.
+"""The DLQ consumer: record each dead letter for operators, finalize its job, alert. It never
+re-runs a dead job.
 
-The row decides, not the message: a stray or late copy of a message whose job succeeded, ended
-for another reason or is running under a live lease is acknowledged without an entry, an alert or
-a metric. Duplicate deliveries of one dead letter are normal: the job transition is conditional and
-the operator entry is keyed by job and remembers which dead-lettering it recorded (the row's
-`finished_at`), so each dead letter alerts once.
+The row decides whether a job is dead, not the message: only a spent attempt budget (the kind's
+own) finalizes it. The consumer moves a message to the DLQ itself once the row's budget is spent
+(marked `aijobs.queues.MOVED_BY`); SQS's redrive is only the safety net for receives that never
+reached the consumer's code. So a dead letter whose job is not finished and still has attempts
+left is one of two things:
+
+- a copy our consumer moved, of a job an operator re-ran since (the re-run reset its attempts):
+  stale, acknowledged as stray, nothing recorded, no alert;
+- a message SQS redrove: the job is alive and never got to run, so its reference goes back to its
+  kind's queue, without finalizing, recording or alerting.
+
+A copy of a message whose job succeeded, ended for another reason or is running under a live lease
+is acknowledged as stray too. Duplicate deliveries of one dead letter are normal: the job
+transition is conditional and the operator entry is keyed by job and remembers which
+dead-lettering it recorded (the row's `finished_at`), so each dead letter alerts once.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from aijobs.bindings import queue_name_of
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import TransitionConflict
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
-from aijobs.queues import JobQueues
+from aijobs.queues import MOVED_BY, MOVED_BY_CONSUMER, JobQueues
 from aijobs.store.dead_letter_records import DeadLetter
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso
@@ -36,6 +47,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
 DEAD_LETTERED = "dead_lettered"
+# What a dead letter means for its job (`_decide`).
+STRAY, SEND_BACK, FINALIZE = "stray", "send_back", "finalize"
 
 
 @dataclass
@@ -47,8 +60,11 @@ class DeadLetterConsumer:
     clock: Callable[[], datetime]
     # DLQ name -> kind (DEAD_LETTER_QUEUES): a letter from any other queue is not ours.
     kinds_by_queue: dict[str, str]
-    # The workflow kinds' queues: a dead child may be its parent's last, whose merge it queues.
-    queues: JobQueues | None = None
+    # Kind -> its attempt budget (KIND_LIMITS): only a spent one finalizes a job.
+    max_attempts: dict[str, int]
+    # Every kind's queue: a redriven job with attempts left goes back to its own; a dead child may
+    # be its parent's last, whose merge it queues.
+    queues: JobQueues
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         # A batch whose every record failed is reported item by item too, not raised as an
@@ -81,11 +97,14 @@ class DeadLetterConsumer:
             ):
                 store, job = self._load(message)
                 if store is not None and job is not None:
-                    stray = _stray_reason(job, now)
-                    if stray is not None:
+                    action, reason = _decide(job, now, self.max_attempts[kind], _moved_by_consumer(record))
+                    extra = {"reason": reason, "status": job.status.value, "attempts": job.attempts}
+                    if action == STRAY:
                         # The row is the source of truth: this copy did not kill the job.
-                        extra = {"reason": stray, "status": job.status.value}
                         logger.info("stray dead letter acknowledged", extra=extra)
+                        return
+                    if action == SEND_BACK:
+                        self._send_back(store, job, message, kind, now, extra)
                         return
                     job = self._finalize(store, job, now)
                 entry = self._entry(kind, message.jobId, message.userId, job, record, now)
@@ -103,6 +122,24 @@ class DeadLetterConsumer:
         store = self.directory.job_store(table, self.clock)
         return store, store.get(message.userId, message.jobId)
 
+    def _send_back(
+        self,
+        store: JobStore,
+        job: Job,
+        message: QueueMessage,
+        kind: str,
+        now: datetime,
+        extra: dict[str, Any],
+    ) -> None:
+        """A live job SQS dead-lettered before it could run: its reference goes back to its kind's
+        queue (no attempt spent, nothing recorded). The conditional touch lets one delivery of the
+        dead letter send it, and tells the sweeper a fresh copy is on its way."""
+        if not store.touch(job, now=now):
+            logger.info("stray dead letter acknowledged", extra={**extra, "reason": "job changed meanwhile"})
+            return
+        self.queues.send(message, kind=kind)
+        logger.warning("redriven job sent back to its queue", extra=extra)
+
     def _finalize(self, store: JobStore, job: Job, now: datetime) -> Job | None:
         if job.status is JobStatus.FAILED_FINAL:
             return job  # dead-lettered already: a redelivery, recorded once below
@@ -115,8 +152,7 @@ class DeadLetterConsumer:
                 dead_lettered=True,
                 own_claim=False,
             )
-            if self.queues is not None:
-                after_final(store, self.queues, finished, now)
+            after_final(store, self.queues, finished, now)
             return finished
         except TransitionConflict:
             # Finished meanwhile (a duplicate delivery, or the job succeeded after all): keep the row.
@@ -169,18 +205,33 @@ class DeadLetterConsumer:
         return True
 
 
-def _stray_reason(job: Job, now: datetime) -> str | None:
-    """Why a dead letter does not speak for its job (None: it does, the job is dead).
+def _moved_by_consumer(record: SQSRecord) -> bool:
+    """Whether our consumer moved this message here (its attempt budget spent), not SQS's redrive."""
+    mark = (record.get("messageAttributes") or {}).get(MOVED_BY) or {}
+    return bool(mark.get("stringValue") == MOVED_BY_CONSUMER)
 
-    Only the attempt budget on the row dead-letters a job; a copy of a message whose job
-    succeeded, finished for another reason, or is being worked on right now is noise.
+
+def _decide(job: Job, now: datetime, max_attempts: int, moved_by_consumer: bool) -> tuple[str, str]:
+    """What a dead letter means for its job, and why: STRAY (acknowledge, nothing else), SEND_BACK
+    (the job is alive: its reference goes back to its queue) or FINALIZE (the job is dead).
+
+    Only the attempt budget on the row dead-letters a job; a copy of a message whose job succeeded,
+    finished for another reason, or is being worked on right now is noise.
     """
     if job.status is JobStatus.SUCCEEDED:
-        return "job succeeded"
-    if job.status is JobStatus.FAILED_FINAL and not job.dead_lettered:
-        return "job finished for another reason"
+        return STRAY, "job succeeded"
+    if job.status is JobStatus.FAILED_FINAL:
+        if not job.dead_lettered:
+            return STRAY, "job finished for another reason"
+        return FINALIZE, "job dead-lettered already"  # a redelivery: recorded once
     if job.status is JobStatus.RUNNING and (
         job.awaiting_provider or (job.lease_expires_at is not None and job.lease_expires_at > now)
     ):
-        return "job is running under a live lease"
-    return None
+        return STRAY, "job is running under a live lease"
+    if job.attempts >= max_attempts:
+        return FINALIZE, "attempt budget spent"
+    if moved_by_consumer:
+        # Our consumer moves a message only once the budget is spent; budget left now means an
+        # operator re-ran the job since (a re-run resets it), and the re-run sent its own message.
+        return STRAY, "job re-run since it was dead-lettered"
+    return SEND_BACK, "redriven by SQS with attempts left"

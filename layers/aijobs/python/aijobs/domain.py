@@ -64,6 +64,8 @@ class Job(BaseModel):
     recheck_id: str | None = None
     # When a failed attempt may be retried (back-off, Retry-After): nobody runs it earlier.
     next_attempt_at: datetime | None = None
+    # A waiting job held (spend brake, tenant running cap): its one copy is due back then.
+    held_until: datetime | None = None
     # Set by each claim; only the holder of the current claim may finish the attempt.
     claim_id: str | None = None
     # When its owner cancelled the job while an attempt was running (aijobs.api.service.cancel):

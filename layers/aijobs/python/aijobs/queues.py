@@ -22,6 +22,11 @@ MAX_SEND_DELAY_SECONDS = 900
 MAX_VISIBILITY_SECONDS = 12 * 60 * 60
 # SendMessageBatch takes at most 10 entries.
 SEND_BATCH = 10
+# The message attribute on a message our own code moved to a DLQ because the row's attempt budget
+# was spent. A dead letter without it was moved by SQS's redrive policy (receives that never
+# reached the consumer's code), which says nothing about the job's budget (aijobs.dead_letters).
+MOVED_BY = "aijobs-moved-by"
+MOVED_BY_CONSUMER = "consumer:attempt-budget-spent"
 
 
 class UnknownKindError(KeyError):
@@ -107,8 +112,13 @@ class JobQueues:
         return True
 
     def send_to_dlq(self, body: str, *, kind: str) -> None:
-        """Move a message whose attempt budget is spent to its kind's DLQ (the body is unchanged)."""
-        self._sqs.send_message(QueueUrl=self._dlq_urls[kind], MessageBody=body)
+        """Move a message whose attempt budget is spent to its kind's DLQ (the body is unchanged;
+        the `MOVED_BY` attribute says our code moved it, not SQS's redrive)."""
+        self._sqs.send_message(
+            QueueUrl=self._dlq_urls[kind],
+            MessageBody=body,
+            MessageAttributes={MOVED_BY: {"DataType": "String", "StringValue": MOVED_BY_CONSUMER}},
+        )
 
     def retry_later(self, kind: str, receipt_handle: str, delay_seconds: int) -> None:
         """Make a received message reappear after `delay_seconds` (it stays in flight until then)."""

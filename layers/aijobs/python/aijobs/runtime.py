@@ -195,9 +195,10 @@ def build_dead_letter_consumer(
         alerts=Alerts(aws.sns(), settings.alert_topic_arn),
         clock=clock,
         kinds_by_queue=settings.dead_letter_kinds,
-        # SQS only for a workflow child's parent or a webhook.
+        max_attempts={kind: limits.attempts for kind, limits in settings.kind_limits.items()},
+        # SQS only for a redriven job's own queue, a workflow child's parent or a webhook.
         queues=JobQueues(
-            aws.on_first_use(aws.sqs), settings.linked_queue_urls, webhook_url=settings.webhook_queue_url
+            aws.on_first_use(aws.sqs), settings.queue_urls, webhook_url=settings.webhook_queue_url
         ),
     )
 

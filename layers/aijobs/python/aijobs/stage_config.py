@@ -427,8 +427,15 @@ class StageConfig:
         return WEBHOOK_BATCH_SIZE * self.webhook_timeout_seconds + 10
 
     def dlq_settings_env(self) -> dict[str, str]:
-        # A dead child may be its workflow's last: the DLQ consumer queues the parent's merge.
-        return {"LINKED_QUEUES": ";".join(self.workflow_children)}
+        # Every kind's queue (QUEUE_NAMES and the `Q_*` URLs) is added by whoever provisions, as
+        # for the API and the cron. Per kind (a kind's declaration may change it): the attempt
+        # budget that, spent, makes a dead letter finalize its job.
+        return {KIND_LIMITS: self.kind_limits_setting}
+
+    @property
+    def kind_limits_setting(self) -> str:
+        """`KIND_LIMITS`: each configured kind's attempts, lease and concurrency ceiling."""
+        return limits_setting({kind: self.queue_tuning(kind).limits for kind in self.queue_names})
 
     def cron_settings_env(self) -> dict[str, str]:
         return {
@@ -440,7 +447,7 @@ class StageConfig:
             "QUEUE_MAX_CONCURRENCY": str(self.queue_max_concurrency or ""),
             **{key: str(getattr(self, key.lower())) for key in FLOW_KEYS},
             # Per kind (a kind's declaration may change them): attempts, lease, concurrency ceiling.
-            KIND_LIMITS: limits_setting({kind: self.queue_tuning(kind).limits for kind in self.queue_names}),
+            KIND_LIMITS: self.kind_limits_setting,
             # The weekly model check: every model the stage's kinds may call.
             **plans_setting(self.provider_plans),
         }

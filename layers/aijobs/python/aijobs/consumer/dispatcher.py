@@ -52,7 +52,7 @@ from aijobs.observability import (
 )
 from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
-from aijobs.queues import JobQueues
+from aijobs.queues import MAX_SEND_DELAY_SECONDS, JobQueues
 from aijobs.spend import HOLD_SECONDS, SpendBrake, Verdict
 from aijobs.store.jobs import PHASE_MERGE, JobKey, JobStore
 from aijobs.store.keys import is_child_id
@@ -200,8 +200,11 @@ class Consumer:
 
     def _tenant_at_cap(self, message: QueueMessage) -> bool:
         """Per-tenant fairness (Inngest's concurrency key, keyed by tenant): a job whose tenant
-        already runs its cap of this kind is not started. It is re-sent delayed (no attempt, no
-        receive count spent, never dead-lettered) and acknowledged; True if so.
+        already runs its cap of this kind is not started. Its row is marked held, as the spend
+        brake marks its holds, and its message re-sent delayed (no attempt, no receive count spent,
+        never dead-lettered) and acknowledged; True if so. The mark keeps the sweeper from taking
+        the row for lost, and drops any other copy that arrives while it is held, so a held job
+        keeps one message however long it waits.
 
         Only a fresh start is held: a provider re-check belongs to a job already counted. With no
         cap configured this costs nothing but the cached profile read. The count is one query of
@@ -220,11 +223,19 @@ class Consumer:
         running = store.count_running(message.userId, self.kind, now=self.clock())
         if running < cap:
             return False
-        emit(METRIC_TENANT_HELD, kind=self.kind)
-        # Spread over up to half as long again (by job id, so a flood does not return in one wave).
+        # Spread over up to half as long again (by job id, so a flood does not return in one wave);
+        # never past SQS's longest delay, or the copy would come back before its mark ends.
         hold = int(self.tenant_hold.total_seconds())
         spread = zlib.crc32(message.jobId.encode()) % (hold // 2 + 1)
-        self._resend(message, hold + spread, f"tenant at its running cap ({running} of {cap})")
+        delay = min(hold + spread, MAX_SEND_DELAY_SECONDS)
+        now = self.clock()
+        key = JobKey(message.userId, message.jobId, self.kind)
+        if not store.hold(key, now=now, until=now + timedelta(seconds=delay)):
+            # Another copy holds it already (a duplicate, a sweeper re-send), or it is not waiting.
+            logger.info("job not held: a copy waits already, or it is not queued; acknowledged")
+            return True
+        emit(METRIC_TENANT_HELD, kind=self.kind)
+        self._resend(message, delay, f"tenant at its running cap ({running} of {cap})")
         return True
 
     def _spend_held(self, message: QueueMessage) -> bool:

@@ -5,7 +5,8 @@
   One still waiting on its provider gets its lost re-check message re-sent instead.
 - `queued` / `failed_retryable` older than STUCK_QUEUED_SECONDS: its message never arrived (or
   was lost). Re-send it within the budget, or finalize it. A `failed_retryable` row waits until
-  its own retry time (back-off, Retry-After) is STUCK_QUEUED_SECONDS overdue.
+  its own retry time (back-off, Retry-After) is STUCK_QUEUED_SECONDS overdue, and a held row (spend
+  brake, tenant running cap) until its hold is: until then its one copy is waiting in the queue.
 - a synchronous call (`POST /classify`) still `running` past its lease: its API function died
   before it settled, and its caller got no answer. It is finalized with its price refunded; never
   re-queued (it has no queue).
@@ -88,9 +89,11 @@ def _sweep_running(store: JobStore, ctx: CronContext, job: Job) -> str:
 
 def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
     now = ctx.clock()
-    if job.next_attempt_at is not None and now < job.next_attempt_at + ctx.stuck_after:
-        # Its retry is not overdue yet (a long back-off or a provider's Retry-After): the message
-        # is still waiting in the queue. Only a retry that is late by `stuck_after` is re-sent.
+    due = max((at for at in (job.next_attempt_at, job.held_until) if at is not None), default=None)
+    if due is not None and now < due + ctx.stuck_after:
+        # Its retry or the end of its hold is not overdue yet (a long back-off, a provider's
+        # Retry-After, a hold longer than `stuck_after`): the message is still waiting in the
+        # queue. Only one that is late by `stuck_after` is re-sent.
         return NOT_DUE
     if job.attempts >= ctx.max_attempts_of(job.kind):
         return _finalize(store, ctx, job, job.last_error_class or NEVER_DELIVERED, BUDGET_SPENT)

@@ -1,4 +1,4 @@
-"""Settings parts only some functions share: the job queues (API, cron), the provider plan (API,
+"""Settings parts only some functions share: the job queues (API, cron, DLQ consumer), the provider plan (API,
 consumer, cron), the provider adapters and the spend brake (API, consumer)."""
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ _SETTLE_ATTEMPTS = 8
 CHILD_WRITE_BATCH = 100
 PHASE_SPLIT, PHASE_CHILDREN, PHASE_MERGE = "split", "children", "merge"
 _RUNNABLE = (JobStatus.QUEUED.value, JobStatus.FAILED_RETRYABLE.value)
-# A held job's own copy, back after the hold, may beat its mark by this much (clocks differ).
+# A held job's own copy, back after the hold, may beat its mark by this much (clocks differ), or
+# by half its hold when that is shorter: a duplicate arriving in between is still dropped.
 _HOLD_TOLERANCE = timedelta(seconds=10)
 
 
@@ -720,12 +721,15 @@ class JobStore:
         )
 
     def hold(self, key: JobKey, *, now: datetime, until: datetime) -> bool:
-        """Mark a waiting row held by the spend brake until `until` (aijobs.spend), without reading it.
+        """Mark a waiting row held until `until`, when its one copy (re-sent delayed by the caller)
+        is due back, without reading it: the spend brake (aijobs.spend) and the tenant running cap.
 
         False when it is not `queued`/`failed_retryable`, or another copy of its message holds it
         already (its mark lies ahead): that copy is dropped, so duplicates do not pile up. Marking
-        also moves `updated_at`, so the sweeper does not re-send a held row as lost.
+        also moves `updated_at`, and the sweeper leaves a row alone while its hold is not overdue,
+        so it does not re-send a held row as lost.
         """
+        tolerance = min(_HOLD_TOLERANCE, (until - now) / 2)
         try:
             self._table.update_item(
                 Key={PK: user_pk(key.user_id), SK: job_sk(key.job_id)},
@@ -740,7 +744,7 @@ class JobStore:
                     ":queued": JobStatus.QUEUED.value,
                     ":retryable": JobStatus.FAILED_RETRYABLE.value,
                     # A copy due back now may arrive a little early by this clock.
-                    ":due": iso(now + _HOLD_TOLERANCE),
+                    ":due": iso(now + tolerance),
                 },
             )
         except ClientError as error:
@@ -1211,7 +1215,7 @@ def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
         "claim_id": uuid.uuid4().hex,
         "awaiting_provider": False,
         "next_attempt_at": None,
-        "held_until": None,  # a spend-brake hold (aijobs.spend) ends when a copy claims the row
+        "held_until": None,  # a hold (spend brake, tenant cap) ends when a copy claims the row
     }
 
 
@@ -1432,6 +1436,7 @@ def _from_item(item: dict[str, Any]) -> Job:
         provider_handle=item.get("provider_handle"),
         recheck_id=item.get("recheck_id"),
         next_attempt_at=moment("next_attempt_at"),
+        held_until=moment("held_until"),
         claim_id=item.get("claim_id"),
         cancel_requested_at=moment("cancel_requested_at"),
         result=json.loads(item["result_json"]) if "result_json" in item else None,
