@@ -686,7 +686,10 @@ def rerun(
 
     def action() -> Any:
         job = target.operator().rerun(user, job_id)
-        return {"jobId": job.job_id, "status": job.status.value, "reruns": job.reruns}
+        return {
+            "jobId": job.job_id, "status": job.status.value, "reruns": job.reruns,
+            "previousErrorClass": job.previous_error_class, "chargeWaived": job.charge_waived,
+        }  # fmt: skip
 
     _operate(action, as_json)
 
@@ -694,7 +697,9 @@ def rerun(
 @app.command()
 def redrive(
     kind: Annotated[str, typer.Option(help="job kind")],
-    error_class: Annotated[str | None, typer.Option(help="only jobs that failed with this class")] = None,
+    error_class: Annotated[
+        str | None, typer.Option(help="only jobs that failed with this class (also: cancelled, operator)")
+    ] = None,
     since: Annotated[datetime | None, typer.Option(help="failed at or after (UTC)")] = None,
     until: Annotated[datetime | None, typer.Option(help="failed before (UTC)")] = None,
     dry_run: Annotated[
@@ -708,7 +713,11 @@ def redrive(
     region: Region = None,
     as_json: AsJson = False,
 ) -> None:
-    """Re-run failed_final jobs of a kind after a fix (dry run first)."""
+    """Re-run failed_final jobs of a kind after a fix (dry run first: it counts what --execute takes).
+
+    Jobs cancelled by their owner or failed by an operator are left alone unless --error-class
+    names them (`cancelled`, `operator`). A re-run is not charged again (README "Operating the DLQ").
+    """
     target = _target(info_file, stack=stack, profile=profile, region=region)
     if kind not in target.queue_urls:
         raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
@@ -728,6 +737,8 @@ def redrive(
             "rerun": report.rerun,
             "skipped": report.skipped,
             "dryRun": report.dry_run,
+            "leftAlone": report.left_alone,
+            "waived": report.waived,
         }
 
     _operate(action, as_json)

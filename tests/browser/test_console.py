@@ -154,6 +154,7 @@ def test_batch_rerun_counts_first_and_tenant_credits_show(page: Any, stack: Loca
     page.fill("#batch input[name=errorClass]", "invalid_input")
     page.keyboard.press("Enter")  # counts: a dry run, nothing re-run yet
     page.locator("#batch-result", has_text="1 failed_final summary job(s) match.").wait_for()
+    assert "Left alone" not in page.locator("#batch-result").inner_text()
     assert _job_reruns(client, stack, job_id) == 0
     confirm = page.locator("#batch-confirm")
     assert confirm.is_visible()

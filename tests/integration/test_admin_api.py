@@ -353,3 +353,85 @@ def test_a_time_filter_must_be_iso_text(admin: Admin) -> None:
     status, _h, body = admin.call("POST", "/admin/reruns", body={"kind": "summary", "until": 1})
     assert (status, body["code"]) == (422, "validation_error"), body
     assert admin.call("GET", "/admin/jobs", query={"since": "2026-01-31T09:00:00Z"})[0] == 200
+
+
+# --- batch re-runs: what they select and what they cost (issue 24, point 3) ---------------------
+
+
+def _submit_paid(admin: Admin, text: str) -> str:
+    """A job of alice's through the API: its price (1 credit) is reserved with its row."""
+    status, _h, created = admin.call("POST", "/jobs", key="alice", body={"kind": "summary", "input": text})
+    assert status == 202, created
+    return str(created["jobId"])
+
+
+def _balance(stage: Stage) -> int:
+    return stage.store_for("alice").ledger.account("alice").balance
+
+
+def test_a_batch_rerun_leaves_cancelled_and_operator_failed_jobs_alone_unless_named(admin: Admin) -> None:
+    stage = admin.stage
+    stage.store_for("alice").ledger.grant("alice", 10, stage.clock() + timedelta(days=3))
+    dead = [_dead_letter(stage, "alice"), _dead_letter(stage, "bob")]
+    cancelled = _submit_paid(admin, "cancelled by its owner")
+    assert admin.call("POST", f"/jobs/{cancelled}/cancel", key="alice")[0] == 200
+    given_up = stage.submit("bob", "summary", "spam")
+    body = {"reason": "spam"}
+    assert admin.call("POST", f"/admin/jobs/bob/{given_up.job_id}/fail-final", body=body)[0] == 200
+
+    _s, _h, dry = admin.call("POST", "/admin/reruns", body={"kind": "summary"})
+    assert (dry["matched"], dry["leftAlone"]) == (2, {"cancelled": 1, "operator": 1}), dry
+    status, _h, done = admin.call("POST", "/admin/reruns", body={"kind": "summary", "dryRun": False})
+    assert status == 200, done
+    assert len(done["rerun"]) == done["matched"] == dry["matched"]
+    assert sorted(done["rerun"]) == sorted(job.job_id for job in dead)
+    assert stage.job_by_id("alice", cancelled).status is JobStatus.FAILED_FINAL
+    assert stage.job(given_up).status is JobStatus.FAILED_FINAL
+
+    # Named, they are re-run, and the count still says what runs.
+    named_jobs = (("alice", cancelled, "cancelled"), ("bob", given_up.job_id, "operator"))
+    for user, job_id, error_class in named_jobs:
+        request = {"kind": "summary", "errorClass": error_class}
+        _s, _h, named = admin.call("POST", "/admin/reruns", body=request)
+        assert (named["matched"], named["leftAlone"]) == (1, {}), named
+        _s, _h, named = admin.call("POST", "/admin/reruns", body=request | {"dryRun": False})
+        assert named["rerun"] == [job_id]
+        _s, _h, row = admin.call("GET", f"/admin/jobs/{user}/{job_id}")
+        assert row["status"] == "queued"
+        # The error that ended it is the previous run's, not the current one's.
+        assert (row["lastErrorClass"], row["previousErrorClass"]) == (None, error_class)
+    # Alice's cancelled job was refunded: its re-run is on the house, and the answer says so.
+    assert named["waived"] == []  # bob's job was free (submitted without a price)
+    _s, _h, row = admin.call("GET", f"/admin/jobs/alice/{cancelled}")
+    assert (row["chargeState"], row["chargeWaived"]) == ("refunded", True)
+
+
+def test_a_rerun_after_a_refund_is_on_the_house_and_recorded_so(admin: Admin) -> None:
+    stage = admin.stage
+    stage.store_for("alice").ledger.grant("alice", 10, stage.clock() + timedelta(days=3))
+    job_id = _submit_paid(admin, "#outage the provider is down until an operator re-runs this")
+    list(stage.drain("summary"))
+    assert stage.dlq_mapping().poll_once().received == 1
+    assert _balance(stage) == 10  # refunded when it was dead-lettered
+
+    status, _h, queued = admin.call("POST", f"/admin/jobs/alice/{job_id}/rerun")
+    assert status == 200, queued
+    assert (queued["chargeState"], queued["chargeWaived"]) == ("refunded", True)
+    assert (queued["lastErrorClass"], queued["previousErrorClass"]) == (None, "transient")
+    _s, _h, view = admin.call("GET", f"/jobs/{job_id}", key="alice")
+    assert view["lastErrorClass"] is None  # the owner's view does not show the old error as current
+    list(stage.drain("summary"))
+    _s, _h, done = admin.call("GET", f"/admin/jobs/alice/{job_id}")
+    assert (done["status"], done["chargeWaived"]) == ("succeeded", True)
+    assert done["previousErrorClass"] == "transient"
+    assert _balance(stage) == 10  # never charged again
+    kinds = [(tx.type, tx.amount) for tx in stage.store_for("alice").ledger.transactions("alice")]
+    assert sorted(kind for kind in kinds if kind[0] != "grant") == [("debit", 1), ("refund", 1)]
+
+    # A job stranded between attempts still holds its reservation: its re-run is paid as usual.
+    stranded = _attempt(stage, stage.job_by_id("alice", _submit_paid(admin, "stranded")), 1, fail="transient")
+    _s, _h, queued = admin.call("POST", f"/admin/jobs/alice/{stranded.job_id}/rerun")
+    assert (queued["chargeState"], queued["chargeWaived"]) == ("reserved", False)
+    list(stage.drain("summary"))
+    assert stage.job(stranded).charge_state == "settled"
+    assert _balance(stage) == 9

@@ -1,7 +1,9 @@
 """Operator actions (DESIGN.md §5): re-run one job, re-run a filtered batch, mark a job failed_final.
 
 A re-run resets the attempt budget, sets `queued` and re-sends the reference; nothing else ever
-executes a `failed_final` job again. The CLI wraps these functions.
+executes a `failed_final` job again. It never charges the tenant again: a job refunded at its
+final failure runs on the house, and its row says so (`charge_waived`). The CLI and the admin API
+wrap these functions.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from aijobs.domain import Job, JobStatus, QueueMessage
-from aijobs.errors import NotFoundError, TransitionConflict
+from aijobs.errors import CANCELLED, FAILED_BY_OPERATOR, NotFoundError, TransitionConflict
 from aijobs.observability import logger
 from aijobs.queues import JobQueues
 from aijobs.store.jobs import PHASE_CHILDREN, JobStore
@@ -21,16 +23,33 @@ from aijobs.workflows.fanin import MERGE_HOLD, after_final, try_merge
 
 # Statuses an operator may re-run. `failed_retryable` covers a job stranded between attempts.
 RERUNNABLE = (JobStatus.FAILED_FINAL, JobStatus.FAILED_RETRYABLE)
+# Somebody ended these on purpose: a batch re-run leaves them alone unless its error class names them.
+DELIBERATE_ENDS = (CANCELLED, FAILED_BY_OPERATOR)
+# A batch re-run passes over a workflow child whose parent no longer waits (re-run the parent).
+PARENT_NOT_WAITING = "parent_not_waiting"
+
+
+@dataclass(frozen=True)
+class RerunSelection:
+    """The jobs a batch re-run takes, oldest change first, and how many it passed over, by reason
+    (an error class in DELIBERATE_ENDS, or PARENT_NOT_WAITING), on its way to the limit."""
+
+    jobs: list[Job]
+    left_alone: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class BatchRerun:
-    """What a batch re-run matched and did (with `dry_run`, only `matched` is filled)."""
+    """What a batch re-run matched and did (with `dry_run`, only `matched` and `left_alone`).
+
+    `waived`: the re-run jobs that run on the house (their price was refunded when they failed)."""
 
     matched: int
     rerun: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     dry_run: bool = False
+    left_alone: dict[str, int] = field(default_factory=dict)
+    waived: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -76,7 +95,10 @@ class Operator:
                 own_claim=False,
             )  # fmt: skip
             raise
-        logger.info("operator re-run", extra={"jobId": job.job_id, "userId": user_id, "kind": job.kind})
+        logger.info(
+            "operator re-run",
+            extra={"jobId": job.job_id, "userId": user_id, "kind": job.kind, **_charge(queued)},
+        )
         return queued
 
     def _rerun_parent(self, store: JobStore, parent: Job) -> Job:
@@ -105,15 +127,18 @@ class Operator:
         try_merge(store, self.queues, parent.user_id, parent.job_id, self.clock())
         logger.info(
             "operator re-run of a workflow",
-            extra={"jobId": parent.job_id, "userId": parent.user_id, "childrenRerun": len(requeued)},
-        )
+            extra={
+                "jobId": parent.job_id, "userId": parent.user_id, "childrenRerun": len(requeued),
+                **_charge(reopened),
+            },
+        )  # fmt: skip
         return reopened
 
     def fail_final(self, user_id: str, job_id: str, reason: str) -> Job:
         """Give up on a job for good (worthless or clearly bad input)."""
         store, job = self._job(user_id, job_id)
         finished = store.fail_final(
-            job, now=self.clock(), error_class="operator", message=reason, own_claim=False
+            job, now=self.clock(), error_class=FAILED_BY_OPERATOR, message=reason, own_claim=False
         )
         after_final(store, self.queues, finished, self.clock())
         logger.info("operator marked job failed_final", extra={"jobId": job_id, "userId": user_id})
@@ -139,6 +164,49 @@ class Operator:
                 )
         return sorted(jobs, key=lambda job: job.updated_at)
 
+    def select_for_rerun(
+        self,
+        kind: str,
+        *,
+        error_class: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+    ) -> RerunSelection:
+        """The `failed_final` jobs a batch re-run takes: its dry run counts exactly these.
+
+        Without `error_class`, jobs ended on purpose (cancelled by their owner, failed by an
+        operator) are left alone; naming their class re-runs them. A workflow child is taken only
+        while its parent still waits for children (one read per distinct parent): else its own
+        re-run would be refused, and its parent's re-run is the one that re-runs it.
+        """
+        selected: list[Job] = []
+        left_alone: dict[str, int] = {}
+        waiting: dict[tuple[str, str], bool] = {}
+        for job in self.find(kind, error_class=error_class, since=since, until=until):
+            if limit is not None and len(selected) >= limit:
+                break
+            reason: str | None = None
+            if error_class is None and job.last_error_class in DELIBERATE_ENDS:
+                reason = job.last_error_class
+            elif job.parent_id is not None and not self._parent_waits(job, waiting):
+                reason = PARENT_NOT_WAITING
+            if reason is None:
+                selected.append(job)
+            else:
+                left_alone[reason] = left_alone.get(reason, 0) + 1
+        return RerunSelection(jobs=selected, left_alone=left_alone)
+
+    def _parent_waits(self, child: Job, seen: dict[tuple[str, str], bool]) -> bool:
+        assert child.parent_id is not None
+        key = (child.user_id, child.parent_id)
+        if key not in seen:
+            parent = self._store(child.user_id).get(child.user_id, child.parent_id)
+            seen[key] = (
+                parent is not None and parent.status is JobStatus.RUNNING and parent.phase == PHASE_CHILDREN
+            )
+        return seen[key]
+
     def rerun_batch(
         self,
         kind: str,
@@ -150,24 +218,33 @@ class Operator:
         rate_per_second: float = 5.0,
         limit: int | None = None,
     ) -> BatchRerun:
-        """Re-run matching `failed_final` jobs after a fix; a dry run only counts them.
+        """Re-run the jobs `select_for_rerun` takes, after a fix; a dry run only counts them.
 
         Sends are spaced to `rate_per_second` so a large replay does not stampede the provider.
         """
         if rate_per_second <= 0:
             raise ValueError("rate_per_second must be positive")
-        jobs = self.find(kind, error_class=error_class, since=since, until=until)
-        if limit is not None:
-            jobs = jobs[:limit]
+        selection = self.select_for_rerun(
+            kind, error_class=error_class, since=since, until=until, limit=limit
+        )
+        jobs = selection.jobs
         if dry_run:
-            return BatchRerun(matched=len(jobs), dry_run=True)
-        report = BatchRerun(matched=len(jobs))
+            return BatchRerun(matched=len(jobs), dry_run=True, left_alone=selection.left_alone)
+        report = BatchRerun(matched=len(jobs), left_alone=selection.left_alone)
         for index, job in enumerate(jobs):
             if index:
                 self.sleep(1.0 / rate_per_second)
             try:
-                self.rerun(job.user_id, job.job_id)
-                report.rerun.append(job.job_id)
+                queued = self.rerun(job.user_id, job.job_id)
             except TransitionConflict:
                 report.skipped.append(job.job_id)  # changed since it was listed
+                continue
+            report.rerun.append(job.job_id)
+            if queued.charge_waived:
+                report.waived.append(job.job_id)
         return report
+
+
+def _charge(job: Job) -> dict[str, object]:
+    """A re-run's charge as logged (billing reconciles from it): on the house, or as reserved."""
+    return {"chargeState": job.charge_state, "chargeWaived": job.charge_waived, "price": job.price}

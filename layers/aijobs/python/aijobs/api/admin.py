@@ -218,8 +218,9 @@ class AdminService:
                    "keyId": operator_id},
         )  # fmt: skip
         return BatchRerunView(
-            matched=report.matched, dryRun=report.dry_run, rerun=report.rerun, skipped=report.skipped
-        )
+            matched=report.matched, dryRun=report.dry_run, rerun=report.rerun, skipped=report.skipped,
+            leftAlone=report.left_alone, waived=report.waived,
+        )  # fmt: skip
 
     # --- dead letters, queues, consumers ------------------------------------------------------------
 
@@ -313,8 +314,9 @@ def admin_job(job: Job) -> AdminJob:
     return AdminJob(
         jobId=job.job_id, userId=job.user_id, kind=job.kind, status=job.status, attempts=job.attempts,
         reruns=job.reruns, lastErrorClass=job.last_error_class, lastErrorMessage=job.last_error_message,
-        deadLettered=job.dead_lettered, parentId=job.parent_id, createdAt=job.created_at,
-        updatedAt=job.updated_at,
+        previousErrorClass=job.previous_error_class, deadLettered=job.dead_lettered,
+        parentId=job.parent_id, chargeState=job.charge_state, chargeWaived=job.charge_waived,
+        createdAt=job.created_at, updatedAt=job.updated_at,
     )  # fmt: skip
 
 

@@ -47,10 +47,20 @@ class AdminJob(ApiModel):
     status: JobStatus
     attempts: int
     reruns: int
-    lastErrorClass: str | None = None
+    lastErrorClass: str | None = Field(default=None, description="the current run's last error")
     lastErrorMessage: str | None = None
+    previousErrorClass: str | None = Field(
+        default=None, description="the error class that ended the job before its last operator re-run"
+    )
     deadLettered: bool
     parentId: str | None = None
+    chargeState: str | None = Field(
+        default=None, description="its price: `reserved`, `settled` or `refunded` (none: a free kind)"
+    )
+    chargeWaived: bool = Field(
+        default=False,
+        description="an operator re-ran it after its price was refunded: this run is on the house",
+    )
     createdAt: datetime
     updatedAt: datetime
 
@@ -93,7 +103,9 @@ class FailFinalRequest(ApiModel):
 
 
 class BatchRerunRequest(ApiModel):
-    """Re-run a kind's `failed_final` jobs after a fix; `dryRun` (the default) only counts them."""
+    """Re-run a kind's `failed_final` jobs after a fix; `dryRun` (the default) only counts them,
+    with the very selection the re-run takes. Without `errorClass`, jobs cancelled by their owner
+    or failed by an operator are left alone; `errorClass: cancelled` (or `operator`) re-runs them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -106,10 +118,17 @@ class BatchRerunRequest(ApiModel):
 
 
 class BatchRerunView(ApiModel):
-    matched: int
+    matched: int = Field(description="the jobs selected: a dry run's count is what its re-run takes")
     dryRun: bool
     rerun: list[str]
-    skipped: list[str]
+    skipped: list[str] = Field(description="selected, but changed before their turn")
+    leftAlone: dict[str, int] = Field(
+        description="passed over, by reason: `cancelled` / `operator` (name the class to re-run them), "
+        "`parent_not_waiting` (a workflow child: re-run its parent)"
+    )
+    waived: list[str] = Field(
+        description="re-run jobs that run on the house: their price was refunded when they failed"
+    )
 
 
 class HourCount(ApiModel):

@@ -192,7 +192,9 @@ async function countBatch() {
   const request = batchRequest();
   try {
     const report = await api("POST", "/admin/reruns", request);
-    $("batch-result").textContent = `${report.matched} failed_final ${request.kind} job(s) match.`;
+    const passed = Object.entries(report.leftAlone).map(([reason, count]) => `${count} ${reason.replaceAll("_", " ")}`);
+    $("batch-result").textContent = `${report.matched} failed_final ${request.kind} job(s) match.` +
+      (passed.length ? ` Left alone: ${passed.join(", ")} (name the error class to re-run cancelled or operator-failed jobs).` : "");
     if (report.matched > 0) {
       batchPlan = { ...request, dryRun: false };
       const confirm = $("batch-confirm");
@@ -212,7 +214,8 @@ async function runBatch() {
   try {
     const report = await api("POST", "/admin/reruns", plan);
     $("batch-result").textContent =
-      `Re-ran ${report.rerun.length} job(s); ${report.skipped.length} changed meanwhile and were skipped.`;
+      `Re-ran ${report.rerun.length} job(s); ${report.skipped.length} changed meanwhile and were skipped; ` +
+      `${report.waived.length} run on the house (refunded when they failed).`;
     await Promise.all([loadDeadLetters(), loadJobs(false)]);
   } catch (error) {
     $("batch-result").textContent = `Refused: ${error.message}`;
@@ -313,7 +316,9 @@ async function showJob(userId, jobId) {
     for (const [name, value] of [["Job", job.jobId], ["Tenant", job.userId], ["Kind", job.kind],
       ["Status", job.status], ["Attempts", job.attempts], ["Re-runs", job.reruns], ["Model", job.model],
       ["Created", when(job.createdAt)], ["Finished", when(job.finishedAt)], ["Input", input],
-      ["Last error", job.lastErrorClass ? `${job.lastErrorClass}: ${job.lastErrorMessage || ""}` : "-"]]) {
+      ["Last error", job.lastErrorClass ? `${job.lastErrorClass}: ${job.lastErrorMessage || ""}` : "-"],
+      ["Before the last re-run", job.previousErrorClass],
+      ["Charge", `${job.chargeState || "free"}${job.chargeWaived ? " (this re-run is on the house)" : ""}`]]) {
       fields.append(el("dt", name), el("dd", value === null || value === undefined ? "-" : value));
     }
     const timeline = $("timeline");
