@@ -21,6 +21,8 @@ from tests.integration.harness import Stage, load_event
 pytestmark = pytest.mark.integration
 
 LEASE = timedelta(minutes=5)
+# Fails on every attempt until an operator re-runs the job (the local provider's `#outage`).
+OUTAGE = "#outage A sentence to summarise. Another one follows it."
 
 
 @dataclass
@@ -435,3 +437,94 @@ def test_a_rerun_after_a_refund_is_on_the_house_and_recorded_so(admin: Admin) ->
     list(stage.drain("summary"))
     assert stage.job(stranded).charge_state == "settled"
     assert _balance(stage) == 9
+
+
+# --- dead letters show what became of them (issue 24, point 7) ---------------------------------------
+
+
+def _letters(admin: Admin, **query: str) -> dict[str, dict[str, Any]]:
+    status, _h, body = admin.call("GET", "/admin/dead-letters", query=query or None)
+    assert status == 200, body
+    return {letter["jobId"]: letter for letter in body["deadLetters"]}
+
+
+def _dead_letter_count(admin: Admin) -> int:
+    _s, _h, overview = admin.call("GET", "/admin/overview")
+    return int(next(k for k in overview["kinds"] if k["kind"] == "summary")["deadLetters"])
+
+
+def test_dead_letters_show_what_became_of_them_and_the_count_shows_the_open_ones(admin: Admin) -> None:
+    stage = admin.stage
+    fixed, given_up, cancelled, untouched = (
+        _dead_letter(stage, user, OUTAGE) for user in ("alice", "bob", "alice", "carol")
+    )
+    assert _dead_letter_count(admin) == 4
+    listed = _letters(admin)
+    assert {(j, d["jobStatus"], d["resolution"], d["resolved"]) for j, d in listed.items()} == {
+        (job.job_id, "failed_final", "open", False) for job in (fixed, given_up, cancelled, untouched)
+    }
+
+    # Re-run, in flight: still open (an operator has not seen it end), with its status now.
+    assert admin.call("POST", f"/admin/jobs/alice/{fixed.job_id}/rerun")[0] == 200
+    letter = _letters(admin)[fixed.job_id]
+    assert (letter["jobStatus"], letter["resolution"], letter["reruns"]) == ("queued", "rerunning", 1)
+    assert letter["lastErrorClass"] == "provider_unavailable"  # what killed it, as recorded
+    assert _dead_letter_count(admin) == 4
+    list(stage.drain("summary"))  # the outage is over: it succeeds
+    assert fixed.job_id not in _letters(admin)
+    assert _dead_letter_count(admin) == 3
+
+    # Re-run, then given up by an operator; re-run, then cancelled by its owner.
+    for job in (given_up, cancelled):
+        assert admin.call("POST", f"/admin/jobs/{job.user_id}/{job.job_id}/rerun")[0] == 200
+    junk = {"reason": "junk"}
+    assert admin.call("POST", f"/admin/jobs/bob/{given_up.job_id}/fail-final", body=junk)[0] == 200
+    assert admin.call("POST", f"/jobs/{cancelled.job_id}/cancel", key="alice")[0] == 200
+    assert _dead_letter_count(admin) == 1
+    assert list(_letters(admin)) == [untouched.job_id]
+
+    every = _letters(admin, all="true")
+    assert {j: (d["jobStatus"], d["resolution"], d["resolved"]) for j, d in every.items()} == {
+        fixed.job_id: ("succeeded", "succeeded", True),
+        given_up.job_id: ("failed_final", "failed_by_operator", True),
+        cancelled.job_id: ("failed_final", "cancelled", True),
+        untouched.job_id: ("failed_final", "open", False),
+    }
+    assert every[cancelled.job_id]["jobErrorClass"] == "cancelled"
+
+
+def test_a_dead_letter_that_dies_again_is_open_again_and_a_late_copy_does_not_reopen_it(
+    admin: Admin,
+) -> None:
+    """At-least-once: the DLQ consumer's new record of a second death reopens the entry; a late
+    copy of the first letter, after the job succeeded, changes nothing."""
+    stage = admin.stage
+    job = stage.submit("alice", "summary", "#fail:503 A sentence to summarise. Another one.")
+    list(stage.drain("summary"))  # every attempt fails: dead-lettered
+    assert stage.dlq_mapping().poll_once().received == 1
+    recorded = _letters(admin)[job.job_id]["deadLetteredAt"]
+
+    assert admin.call("POST", f"/admin/jobs/alice/{job.job_id}/rerun")[0] == 200
+    stage.clock.advance(60)
+    list(stage.drain("summary"))  # a re-run is a fresh budget, not a fix: it dies again
+    assert _letters(admin)[job.job_id]["resolution"] == "rerunning"  # failed_retryable, not recorded yet
+    assert stage.dlq_mapping().poll_once().received == 1
+    again = _letters(admin)[job.job_id]
+    assert (again["resolution"], again["reruns"]) == ("open", 1)
+    assert again["deadLetteredAt"] > recorded
+    assert _dead_letter_count(admin) == 1
+
+    stage.store_for("alice")._table.update_item(  # the input is fixed, and it is re-run again
+        Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
+        UpdateExpression="SET input_json = :i",
+        ExpressionAttributeValues={":i": json.dumps("A sentence to summarise. Another one.")},
+    )
+    assert admin.call("POST", f"/admin/jobs/alice/{job.job_id}/rerun")[0] == 200
+    list(stage.drain("summary"))
+    assert stage.job(job).status is JobStatus.SUCCEEDED
+    assert _dead_letter_count(admin) == 0
+    late = {"jobId": job.job_id, "userId": "alice", "kind": "summary"}  # the first letter, again
+    stage.sqs.send_message(QueueUrl=stage.resources.dlq_urls["summary"], MessageBody=json.dumps(late))
+    assert stage.dlq_mapping().poll_once().received == 1
+    assert _dead_letter_count(admin) == 0
+    assert _letters(admin, all="true")[job.job_id]["resolution"] == "succeeded"

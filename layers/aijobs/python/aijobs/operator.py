@@ -1,4 +1,5 @@
-"""Operator actions (DESIGN.md §5): re-run one job, re-run a filtered batch, mark a job failed_final.
+"""Operator actions (DESIGN.md §5): re-run one job, re-run a filtered batch, mark a job failed_final,
+and the dead-letter list with what became of each entry.
 
 A re-run resets the attempt budget, sets `queued` and re-sends the reference; nothing else ever
 executes a `failed_final` job again. It never charges the tenant again: a job refunded at its
@@ -13,10 +14,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from botocore.exceptions import ClientError
+
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import CANCELLED, FAILED_BY_OPERATOR, NotFoundError, TransitionConflict
 from aijobs.observability import logger
 from aijobs.queues import JobQueues
+from aijobs.store.dead_letter_records import (
+    DeadLetter,
+    DeadLetterStatus,
+    ListPart,
+    count_dead_letters,
+    list_dead_letters,
+    mark_rerun,
+    settle,
+)
 from aijobs.store.jobs import PHASE_CHILDREN, JobStore
 from aijobs.store.tenants import Directory
 from aijobs.workflows.fanin import MERGE_HOLD, after_final, try_merge
@@ -27,6 +39,8 @@ RERUNNABLE = (JobStatus.FAILED_FINAL, JobStatus.FAILED_RETRYABLE)
 DELIBERATE_ENDS = (CANCELLED, FAILED_BY_OPERATOR)
 # A batch re-run passes over a workflow child whose parent no longer waits (re-run the parent).
 PARENT_NOT_WAITING = "parent_not_waiting"
+# A dead-letter view that settles entries re-reads the list to fill its page, at most this often.
+_LIST_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,7 @@ class Operator:
         if job.parent_id is not None:
             child = store.requeue_child(job, now=self.clock(), parent_must_wait=True)
             self.queues.send(QueueMessage(jobId=job.job_id, userId=user_id, kind=job.kind), kind=job.kind)
+            self._mark_rerun(child)
             logger.info("operator re-run of a child", extra={"jobId": job_id, "parentId": job.parent_id})
             return child
         queued = store.requeue(job, now=self.clock(), allowed_from=RERUNNABLE)
@@ -95,6 +110,7 @@ class Operator:
                 own_claim=False,
             )  # fmt: skip
             raise
+        self._mark_rerun(queued)
         logger.info(
             "operator re-run",
             extra={"jobId": job.job_id, "userId": user_id, "kind": job.kind, **_charge(queued)},
@@ -123,6 +139,8 @@ class Operator:
                 [QueueMessage(jobId=c.job_id, userId=c.user_id, kind=c.kind) for c in requeued],
                 kind=requeued[0].kind,
             )
+        for job in (*requeued, reopened):
+            self._mark_rerun(job)
         # Nothing left to wait for (the failed children finished meanwhile): merge now.
         try_merge(store, self.queues, parent.user_id, parent.job_id, self.clock())
         logger.info(
@@ -133,6 +151,18 @@ class Operator:
             },
         )  # fmt: skip
         return reopened
+
+    def _mark_rerun(self, job: Job) -> None:
+        """Move the job's dead-letter entry (if it has one) to the re-run part of the list. The
+        re-run has happened by now: a failed write only delays the list, whose next read of the
+        row moves the entry all the same."""
+        try:
+            mark_rerun(self.directory.meta, job, self.clock())
+        except ClientError as error:
+            logger.warning(
+                "dead-letter entry not marked re-run; the list settles it from the row",
+                extra={"jobId": job.job_id, "error": error.response["Error"]["Code"]},
+            )
 
     def fail_final(self, user_id: str, job_id: str, reason: str) -> Job:
         """Give up on a job for good (worthless or clearly bad input)."""
@@ -243,6 +273,64 @@ class Operator:
             if queued.charge_waived:
                 report.waived.append(job.job_id)
         return report
+
+    # --- the dead-letter list ----------------------------------------------------------------------
+
+    def dead_letters(
+        self, kinds: Sequence[str], *, include_resolved: bool = False, limit: int = 50
+    ) -> list[DeadLetterStatus]:
+        """Dead letters of `kinds`, newest first, each with its job's row now and what became of
+        it; only the open ones unless `include_resolved`.
+
+        Reads the row of each entry it shows (at most `limit` per round), and moves entries whose
+        row resolved them out of the open part of the list; when that leaves the page short, it
+        reads the list again, at most _LIST_ROUNDS times (so at most _LIST_ROUNDS x `limit` rows).
+        """
+        parts = tuple(ListPart) if include_resolved else (ListPart.OPEN, ListPart.RERUN)
+        shown: list[DeadLetterStatus] = []
+        seen: set[tuple[str, str]] = set()
+        for _round in range(_LIST_ROUNDS):
+            entries: list[DeadLetter] = []
+            full = False
+            for kind in kinds:
+                found = list_dead_letters(self.directory.meta, kind, limit=limit, parts=parts)
+                full = full or len(found) == limit
+                entries.extend(e for e in found if (e.kind, e.job_id) not in seen)
+            entries.sort(key=lambda entry: entry.sort_key, reverse=True)
+            full = full or len(entries) > limit
+            dropped = False
+            for entry in entries[:limit]:
+                seen.add((entry.kind, entry.job_id))
+                status = self._settle(entry)
+                if include_resolved or status.resolution.is_open:
+                    shown.append(status)
+                    if len(shown) == limit:
+                        return _newest_first(shown)
+                else:
+                    dropped = True
+            if not (dropped and full):
+                break
+        return _newest_first(shown)
+
+    def open_dead_letters(self, kind: str, *, cap: int = 100) -> int:
+        """How many of a kind's dead letters are open, counted up to `cap`: the untouched ones by an
+        index count (no row read: only a re-run changes a dead-lettered row), plus the re-run ones
+        whose row (read, at most `cap` of them) has not resolved them yet."""
+        rerun = list_dead_letters(self.directory.meta, kind, limit=cap, parts=(ListPart.RERUN,))
+        still_open = sum(1 for entry in rerun if self._settle(entry).resolution.is_open)
+        return min(cap, still_open + count_dead_letters(self.directory.meta, kind, ListPart.OPEN, cap=cap))
+
+    def _settle(self, entry: DeadLetter) -> DeadLetterStatus:
+        job = None
+        if entry.user_id is not None:
+            table = self.directory.shard_for(entry.user_id)
+            if table is not None:
+                job = self.directory.job_store(table, self.clock).get(entry.user_id, entry.job_id)
+        return settle(self.directory.meta, entry, job, self.clock())
+
+
+def _newest_first(statuses: list[DeadLetterStatus]) -> list[DeadLetterStatus]:
+    return sorted(statuses, key=lambda status: status.entry.sort_key, reverse=True)
 
 
 def _charge(job: Job) -> dict[str, object]:

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, ConfigDict, Field
 
 from aijobs.api.schemas import ApiModel
 from aijobs.domain import JobStatus
+from aijobs.store.dead_letter_records import Resolution
 from aijobs.store.jobs import attempt_history
 
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d([T ]\d\d:\d\d.*)?")
@@ -81,6 +82,9 @@ class AdminJobList(ApiModel):
 
 
 class DeadLetterView(ApiModel):
+    """One dead letter: what killed its job (`attempts`, `lastError...`, as recorded), and what
+    became of it since (`jobStatus`, `resolution`, from the job's row now)."""
+
     kind: str
     jobId: str
     userId: str | None = None
@@ -88,7 +92,14 @@ class DeadLetterView(ApiModel):
     lastErrorClass: str | None = None
     lastErrorMessage: str | None = None
     deadLetteredAt: str
-    jobStatus: str | None = None
+    jobStatus: str | None = Field(default=None, description="the job's status now (none: its row is gone)")
+    jobErrorClass: str | None = Field(default=None, description="the job's last error now")
+    reruns: int = 0
+    resolution: Resolution = Field(
+        description="open, rerunning, rerun_failed (all three open: an operator must decide), or "
+        "resolved: succeeded, failed_by_operator, cancelled, gone"
+    )
+    resolved: bool
     parentId: str | None = None
 
 
@@ -151,7 +162,7 @@ class KindOverview(ApiModel):
     succeededLastHour: int
     failedLastHour: int
     hours: list[HourCount] = Field(description="succeeded and failed_final jobs per hour, oldest first")
-    deadLetters: int = Field(description="entries in its dead-letter list (up to 100 counted)")
+    deadLetters: int = Field(description="open entries of its dead-letter list (up to 100 counted)")
 
 
 class Overview(ApiModel):
