@@ -33,7 +33,6 @@ from rich.table import Column, Table
 from aijobs.domain import JobStatus
 from aijobs.errors import AijobsError
 from aijobs.stage_config import ConfigError
-from aijobs.store.dead_letter_records import list_dead_letters
 from aijobs.store.spend import SpendRecords
 from aijobs_cli.models import models_app
 from aijobs_cli.target import ApiResponse, Target, TargetError
@@ -648,23 +647,37 @@ def list_jobs(
 def dlq_list(
     kind: Annotated[str | None, typer.Option(help="one kind (default: every kind)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    include_resolved: Annotated[
+        bool, typer.Option("--all", help="also the resolved ones (re-run and succeeded, failed, cancelled)")
+    ] = False,
     info_file: InfoFile = None,
     stack: Stack = None,
     profile: Profile = None,
     region: Region = None,
     as_json: AsJson = False,
 ) -> None:
-    """Dead letters, newest first."""
+    """Open dead letters, newest first, each with its job's status now (--all: resolved ones too)."""
     target = _target(info_file, stack=stack, profile=profile, region=region)
     kinds = [kind] if kind else list(target.queue_urls)
     if kind and kind not in target.queue_urls:
         raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
-    meta = target.directory().meta
-    entries = [e.model_dump() for k in kinds for e in list_dead_letters(meta, k, limit=limit)]
-    entries.sort(key=lambda e: e["dead_lettered_at"], reverse=True)
+    statuses = target.operator().dead_letters(kinds, include_resolved=include_resolved, limit=limit)
+    entries = [
+        status.entry.model_dump()
+        | {
+            "job_status": status.job.status.value if status.job else None,
+            "reruns": status.job.reruns if status.job else 0,
+            "resolution": status.resolution.value,
+            "resolved": not status.resolution.is_open,
+        }
+        for status in statuses
+    ]
 
     def render(data: Any) -> None:
-        table = Table("when", "kind", "jobId", "parent", "userId", "attempts", "error class", "message")
+        table = Table(
+            "when", "kind", "jobId", "parent", "userId", "attempts", "error class", "message", "status now",
+            "resolution",
+        )  # fmt: skip
         for e in data:
             message = escape((e.get("last_error_message") or "")[:60])
             table.add_row(
@@ -676,10 +689,12 @@ def dlq_list(
                 str(e["attempts"]),
                 e.get("last_error_class") or "",
                 message,
+                e.get("job_status") or "-",
+                e["resolution"],
             )
         out.print(table)
 
-    _emit(entries[:limit], as_json, render)
+    _emit(entries, as_json, render)
 
 
 def _operate(action: Any, as_json: bool) -> None:
@@ -705,7 +720,10 @@ def rerun(
 
     def action() -> Any:
         job = target.operator().rerun(user, job_id)
-        return {"jobId": job.job_id, "status": job.status.value, "reruns": job.reruns}
+        return {
+            "jobId": job.job_id, "status": job.status.value, "reruns": job.reruns,
+            "previousErrorClass": job.previous_error_class, "chargeWaived": job.charge_waived,
+        }  # fmt: skip
 
     _operate(action, as_json)
 
@@ -713,7 +731,9 @@ def rerun(
 @app.command()
 def redrive(
     kind: Annotated[str, typer.Option(help="job kind")],
-    error_class: Annotated[str | None, typer.Option(help="only jobs that failed with this class")] = None,
+    error_class: Annotated[
+        str | None, typer.Option(help="only jobs that failed with this class (also: cancelled, operator)")
+    ] = None,
     since: Annotated[datetime | None, typer.Option(help="failed at or after (UTC)")] = None,
     until: Annotated[datetime | None, typer.Option(help="failed before (UTC)")] = None,
     dry_run: Annotated[
@@ -727,7 +747,11 @@ def redrive(
     region: Region = None,
     as_json: AsJson = False,
 ) -> None:
-    """Re-run failed_final jobs of a kind after a fix (dry run first)."""
+    """Re-run failed_final jobs of a kind after a fix (dry run first: it counts what --execute takes).
+
+    Jobs cancelled by their owner or failed by an operator are left alone unless --error-class
+    names them (`cancelled`, `operator`). A re-run is not charged again (README "Operating the DLQ").
+    """
     target = _target(info_file, stack=stack, profile=profile, region=region)
     if kind not in target.queue_urls:
         raise _fail(f"unknown kind {kind!r}; kinds: {', '.join(target.queue_urls)}")
@@ -747,6 +771,8 @@ def redrive(
             "rerun": report.rerun,
             "skipped": report.skipped,
             "dryRun": report.dry_run,
+            "leftAlone": report.left_alone,
+            "waived": report.waived,
         }
 
     _operate(action, as_json)

@@ -101,6 +101,10 @@ def test_operator_reruns_a_dead_letter_and_watches_it_succeed(page: Any, stack: 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dead-letter.png"), full_page=True)
     assert "provider" in row.locator("td.error").inner_text()
+    assert row.locator("td.resolution").inner_text() == "open"
+    open_letters = page.locator("#kinds tr[data-kind='summary'] td.dead-letters")
+    before = int(open_letters.inner_text())
+    assert before >= 1
 
     # The job's detail shows its input as text, and its attempts.
     row.locator("button.job").click()
@@ -114,9 +118,18 @@ def test_operator_reruns_a_dead_letter_and_watches_it_succeed(page: Any, stack: 
     page.once("dialog", lambda dialog: dialog.accept())
     row.locator("button.rerun").click()
     page.locator(f"#dead-letters tr[data-job='{job_id}'] .job-status", has_text="queued").wait_for()
+    assert row.locator("td.resolution").inner_text() == "rerunning"
     assert _wait_status(client, job_id, ("succeeded",))["attempts"] == 1
     page.click("#refresh")
     page.locator(f"#jobs tr[data-job='{job_id}']", has_text="succeeded").wait_for()
+    # Resolved: off the open list, the count goes down; "Show resolved" shows what became of it.
+    row.wait_for(state="detached")
+    assert int(open_letters.inner_text()) == before - 1
+    page.check("#show-resolved")
+    resolved = page.locator(f"#dead-letters tr[data-job='{job_id}'][data-resolution='succeeded']")
+    resolved.wait_for()
+    assert resolved.locator(".job-status").inner_text() == "succeeded"
+    assert resolved.locator("button.rerun").count() == 0
     page.screenshot(path=str(ARTIFACTS / "after-rerun.png"), full_page=True)
 
     # Filters live in the URL, and the key never does.
@@ -154,6 +167,7 @@ def test_batch_rerun_counts_first_and_tenant_credits_show(page: Any, stack: Loca
     page.fill("#batch input[name=errorClass]", "invalid_input")
     page.keyboard.press("Enter")  # counts: a dry run, nothing re-run yet
     page.locator("#batch-result", has_text="1 failed_final summary job(s) match.").wait_for()
+    assert "Left alone" not in page.locator("#batch-result").inner_text()
     assert _job_reruns(client, stack, job_id) == 0
     confirm = page.locator("#batch-confirm")
     assert confirm.is_visible()

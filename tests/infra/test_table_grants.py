@@ -43,10 +43,11 @@ WRITE = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem
 EXPECTED = {
     # The producer deletes one kind of item: the Idempotency-Key of a job it could not enqueue,
     # so the client's retry may reuse it.
-    # In the meta table it writes only tenants' webhook secrets (`WEBHOOK#*`, checked below).
+    # In the meta table it writes only tenants' webhook secrets (`WEBHOOK#*`) and, for the
+    # operator routes, moves dead-letter entries within their list (`DEADLETTER#*`; checked below).
     "api.handler.handler": {
         "shard": READ | WRITE | {"dynamodb:DeleteItem"},
-        "meta": META_READ | {"dynamodb:PutItem"},
+        "meta": META_READ | {"dynamodb:PutItem", "dynamodb:UpdateItem"},
     },
     # The cron deletes finished jobs and old credit transactions past retention; in the meta table
     # it writes only its run records (a leading-key condition, checked below).
@@ -491,6 +492,13 @@ def test_every_call_of_the_operator_routes_is_granted(
     assert stage.job(doomed).status is JobStatus.FAILED_FINAL
     used = _assert_allowed(dev, "api.handler.handler", stage, log)
     assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"} <= used
+    # The only meta items the routes update: the dead letter entry the re-run marked.
+    meta_writes = {
+        str(a.leading_key).split("#", 1)[0]
+        for a in log.accesses
+        if (a.action, a.table) == ("dynamodb:UpdateItem", stage.resources.meta_table)
+    }
+    assert meta_writes == {"DEADLETTER"}
     granted = _granted_actions(dev, "api.handler.handler")
     others = {a.action for a in log.accesses if not a.action.startswith("dynamodb:")}
     assert {

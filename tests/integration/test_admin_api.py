@@ -21,6 +21,8 @@ from tests.integration.harness import Stage, load_event
 pytestmark = pytest.mark.integration
 
 LEASE = timedelta(minutes=5)
+# Fails on every attempt until an operator re-runs the job (the local provider's `#outage`).
+OUTAGE = "#outage A sentence to summarise. Another one follows it."
 
 
 @dataclass
@@ -359,3 +361,176 @@ def test_a_time_filter_must_be_iso_text(admin: Admin) -> None:
     status, _h, body = admin.call("POST", "/admin/reruns", body={"kind": "summary", "until": 1})
     assert (status, body["code"]) == (422, "validation_error"), body
     assert admin.call("GET", "/admin/jobs", query={"since": "2026-01-31T09:00:00Z"})[0] == 200
+
+
+# --- batch re-runs: what they select and what they cost (issue 24, point 3) ---------------------
+
+
+def _submit_paid(admin: Admin, text: str) -> str:
+    """A job of alice's through the API: its price (1 credit) is reserved with its row."""
+    status, _h, created = admin.call("POST", "/jobs", key="alice", body={"kind": "summary", "input": text})
+    assert status == 202, created
+    return str(created["jobId"])
+
+
+def _balance(stage: Stage) -> int:
+    return stage.store_for("alice").ledger.account("alice").balance
+
+
+def test_a_batch_rerun_leaves_cancelled_and_operator_failed_jobs_alone_unless_named(admin: Admin) -> None:
+    stage = admin.stage
+    stage.store_for("alice").ledger.grant("alice", 10, stage.clock() + timedelta(days=3))
+    dead = [_dead_letter(stage, "alice"), _dead_letter(stage, "bob")]
+    cancelled = _submit_paid(admin, "cancelled by its owner")
+    assert admin.call("POST", f"/jobs/{cancelled}/cancel", key="alice")[0] == 200
+    given_up = stage.submit("bob", "summary", "spam")
+    body = {"reason": "spam"}
+    assert admin.call("POST", f"/admin/jobs/bob/{given_up.job_id}/fail-final", body=body)[0] == 200
+
+    _s, _h, dry = admin.call("POST", "/admin/reruns", body={"kind": "summary"})
+    assert (dry["matched"], dry["leftAlone"]) == (2, {"cancelled": 1, "operator": 1}), dry
+    status, _h, done = admin.call("POST", "/admin/reruns", body={"kind": "summary", "dryRun": False})
+    assert status == 200, done
+    assert len(done["rerun"]) == done["matched"] == dry["matched"]
+    assert sorted(done["rerun"]) == sorted(job.job_id for job in dead)
+    assert stage.job_by_id("alice", cancelled).status is JobStatus.FAILED_FINAL
+    assert stage.job(given_up).status is JobStatus.FAILED_FINAL
+
+    # Named, they are re-run, and the count still says what runs.
+    named_jobs = (("alice", cancelled, "cancelled"), ("bob", given_up.job_id, "operator"))
+    for user, job_id, error_class in named_jobs:
+        request = {"kind": "summary", "errorClass": error_class}
+        _s, _h, named = admin.call("POST", "/admin/reruns", body=request)
+        assert (named["matched"], named["leftAlone"]) == (1, {}), named
+        _s, _h, named = admin.call("POST", "/admin/reruns", body=request | {"dryRun": False})
+        assert named["rerun"] == [job_id]
+        _s, _h, row = admin.call("GET", f"/admin/jobs/{user}/{job_id}")
+        assert row["status"] == "queued"
+        # The error that ended it is the previous run's, not the current one's.
+        assert (row["lastErrorClass"], row["previousErrorClass"]) == (None, error_class)
+    # Alice's cancelled job was refunded: its re-run is on the house, and the answer says so.
+    assert named["waived"] == []  # bob's job was free (submitted without a price)
+    _s, _h, row = admin.call("GET", f"/admin/jobs/alice/{cancelled}")
+    assert (row["chargeState"], row["chargeWaived"]) == ("refunded", True)
+
+
+def test_a_rerun_after_a_refund_is_on_the_house_and_recorded_so(admin: Admin) -> None:
+    stage = admin.stage
+    stage.store_for("alice").ledger.grant("alice", 10, stage.clock() + timedelta(days=3))
+    job_id = _submit_paid(admin, "#outage the provider is down until an operator re-runs this")
+    list(stage.drain("summary"))
+    assert stage.dlq_mapping().poll_once().received == 1
+    assert _balance(stage) == 10  # refunded when it was dead-lettered
+
+    status, _h, queued = admin.call("POST", f"/admin/jobs/alice/{job_id}/rerun")
+    assert status == 200, queued
+    assert (queued["chargeState"], queued["chargeWaived"]) == ("refunded", True)
+    assert (queued["lastErrorClass"], queued["previousErrorClass"]) == (None, "transient")
+    _s, _h, view = admin.call("GET", f"/jobs/{job_id}", key="alice")
+    assert view["lastErrorClass"] is None  # the owner's view does not show the old error as current
+    list(stage.drain("summary"))
+    _s, _h, done = admin.call("GET", f"/admin/jobs/alice/{job_id}")
+    assert (done["status"], done["chargeWaived"]) == ("succeeded", True)
+    assert done["previousErrorClass"] == "transient"
+    assert _balance(stage) == 10  # never charged again
+    kinds = [(tx.type, tx.amount) for tx in stage.store_for("alice").ledger.transactions("alice")]
+    assert sorted(kind for kind in kinds if kind[0] != "grant") == [("debit", 1), ("refund", 1)]
+
+    # A job stranded between attempts still holds its reservation: its re-run is paid as usual.
+    stranded = _attempt(stage, stage.job_by_id("alice", _submit_paid(admin, "stranded")), 1, fail="transient")
+    _s, _h, queued = admin.call("POST", f"/admin/jobs/alice/{stranded.job_id}/rerun")
+    assert (queued["chargeState"], queued["chargeWaived"]) == ("reserved", False)
+    list(stage.drain("summary"))
+    assert stage.job(stranded).charge_state == "settled"
+    assert _balance(stage) == 9
+
+
+# --- dead letters show what became of them (issue 24, point 7) ---------------------------------------
+
+
+def _letters(admin: Admin, **query: str) -> dict[str, dict[str, Any]]:
+    status, _h, body = admin.call("GET", "/admin/dead-letters", query=query or None)
+    assert status == 200, body
+    return {letter["jobId"]: letter for letter in body["deadLetters"]}
+
+
+def _dead_letter_count(admin: Admin) -> int:
+    _s, _h, overview = admin.call("GET", "/admin/overview")
+    return int(next(k for k in overview["kinds"] if k["kind"] == "summary")["deadLetters"])
+
+
+def test_dead_letters_show_what_became_of_them_and_the_count_shows_the_open_ones(admin: Admin) -> None:
+    stage = admin.stage
+    fixed, given_up, cancelled, untouched = (
+        _dead_letter(stage, user, OUTAGE) for user in ("alice", "bob", "alice", "carol")
+    )
+    assert _dead_letter_count(admin) == 4
+    listed = _letters(admin)
+    assert {(j, d["jobStatus"], d["resolution"], d["resolved"]) for j, d in listed.items()} == {
+        (job.job_id, "failed_final", "open", False) for job in (fixed, given_up, cancelled, untouched)
+    }
+
+    # Re-run, in flight: still open (an operator has not seen it end), with its status now.
+    assert admin.call("POST", f"/admin/jobs/alice/{fixed.job_id}/rerun")[0] == 200
+    letter = _letters(admin)[fixed.job_id]
+    assert (letter["jobStatus"], letter["resolution"], letter["reruns"]) == ("queued", "rerunning", 1)
+    assert letter["lastErrorClass"] == "provider_unavailable"  # what killed it, as recorded
+    assert _dead_letter_count(admin) == 4
+    list(stage.drain("summary"))  # the outage is over: it succeeds
+    assert fixed.job_id not in _letters(admin)
+    assert _dead_letter_count(admin) == 3
+
+    # Re-run, then given up by an operator; re-run, then cancelled by its owner.
+    for job in (given_up, cancelled):
+        assert admin.call("POST", f"/admin/jobs/{job.user_id}/{job.job_id}/rerun")[0] == 200
+    junk = {"reason": "junk"}
+    assert admin.call("POST", f"/admin/jobs/bob/{given_up.job_id}/fail-final", body=junk)[0] == 200
+    assert admin.call("POST", f"/jobs/{cancelled.job_id}/cancel", key="alice")[0] == 200
+    assert _dead_letter_count(admin) == 1
+    assert list(_letters(admin)) == [untouched.job_id]
+
+    every = _letters(admin, all="true")
+    assert {j: (d["jobStatus"], d["resolution"], d["resolved"]) for j, d in every.items()} == {
+        fixed.job_id: ("succeeded", "succeeded", True),
+        given_up.job_id: ("failed_final", "failed_by_operator", True),
+        cancelled.job_id: ("failed_final", "cancelled", True),
+        untouched.job_id: ("failed_final", "open", False),
+    }
+    assert every[cancelled.job_id]["jobErrorClass"] == "cancelled"
+
+
+def test_a_dead_letter_that_dies_again_is_open_again_and_a_late_copy_does_not_reopen_it(
+    admin: Admin,
+) -> None:
+    """At-least-once: the DLQ consumer's new record of a second death reopens the entry; a late
+    copy of the first letter, after the job succeeded, changes nothing."""
+    stage = admin.stage
+    job = stage.submit("alice", "summary", "#fail:503 A sentence to summarise. Another one.")
+    list(stage.drain("summary"))  # every attempt fails: dead-lettered
+    assert stage.dlq_mapping().poll_once().received == 1
+    recorded = _letters(admin)[job.job_id]["deadLetteredAt"]
+
+    assert admin.call("POST", f"/admin/jobs/alice/{job.job_id}/rerun")[0] == 200
+    stage.clock.advance(60)
+    list(stage.drain("summary"))  # a re-run is a fresh budget, not a fix: it dies again
+    assert _letters(admin)[job.job_id]["resolution"] == "rerunning"  # failed_retryable, not recorded yet
+    assert stage.dlq_mapping().poll_once().received == 1
+    again = _letters(admin)[job.job_id]
+    assert (again["resolution"], again["reruns"]) == ("open", 1)
+    assert again["deadLetteredAt"] > recorded
+    assert _dead_letter_count(admin) == 1
+
+    stage.store_for("alice")._table.update_item(  # the input is fixed, and it is re-run again
+        Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
+        UpdateExpression="SET input_json = :i",
+        ExpressionAttributeValues={":i": json.dumps("A sentence to summarise. Another one.")},
+    )
+    assert admin.call("POST", f"/admin/jobs/alice/{job.job_id}/rerun")[0] == 200
+    list(stage.drain("summary"))
+    assert stage.job(job).status is JobStatus.SUCCEEDED
+    assert _dead_letter_count(admin) == 0
+    late = {"jobId": job.job_id, "userId": "alice", "kind": "summary"}  # the first letter, again
+    stage.sqs.send_message(QueueUrl=stage.resources.dlq_urls["summary"], MessageBody=json.dumps(late))
+    assert stage.dlq_mapping().poll_once().received == 1
+    assert _dead_letter_count(admin) == 0
+    assert _letters(admin, all="true")[job.job_id]["resolution"] == "succeeded"

@@ -278,3 +278,33 @@ def test_rerun_after_an_outage_succeeds(stage: Stage) -> None:
     list(stage.drain("summary"))
     row = stage.job(job)
     assert (row.status, row.attempts, row.reruns, row.dead_lettered) == (JobStatus.SUCCEEDED, 1, 1, False)
+
+
+def test_an_entry_settled_from_a_stale_read_loses_to_a_newer_rerun(stage: Stage) -> None:
+    """Two operators: one lists (reads the entry, then the row), the other re-runs meanwhile. The
+    move made from the older read must not close an entry whose job runs again."""
+    from aijobs.store.dead_letter_records import ListPart, mark_rerun, settle
+
+    job = _exhaust(stage, text="#outage " + TEXT)
+    stage.dlq_mapping("summary").poll_once()
+    operator = _operator(stage)
+    operator.rerun("alice", job.job_id)
+    list(stage.drain("summary"))
+    (stale,) = list_dead_letters(_meta(stage), "summary", parts=(ListPart.RERUN,))
+    succeeded = stage.job(job)
+    assert succeeded.status is JobStatus.SUCCEEDED
+    # Another operator re-runs it again (as a workflow parent may be) before the move is written.
+    mark_rerun(_meta(stage), succeeded.model_copy(update={"reruns": 2}), stage.clock())
+    assert settle(_meta(stage), stale, succeeded, stage.clock()).resolution.value == "succeeded"
+    assert list_dead_letters(_meta(stage), "summary", parts=(ListPart.RESOLVED,)) == []
+    (entry,) = list_dead_letters(_meta(stage), "summary", parts=(ListPart.RERUN,))
+    assert entry.job_reruns == 2
+    # Read afresh, it settles; settled twice at once (two listings), it stays settled once.
+    assert operator.open_dead_letters("summary") == 0
+    settle(_meta(stage), entry, succeeded, stage.clock())
+    (done,) = list_dead_letters(_meta(stage), "summary")
+    assert (done.part, done.resolution) == (ListPart.RESOLVED, "succeeded")
+    assert [s.resolution.value for s in operator.dead_letters(["summary"], include_resolved=True)] == [
+        "succeeded"
+    ]
+    assert operator.dead_letters(["summary"]) == []

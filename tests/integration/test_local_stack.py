@@ -108,10 +108,20 @@ def test_exhausted_retries_dead_letter_alert_and_rerun_succeeds(stack: LocalStac
     listed = runner.invoke(app, ["dlq", "list", "--info-file", str(stack.info_file), "--json"])
     assert listed.exit_code == 0, listed.output
     assert job_id in [entry["job_id"] for entry in json.loads(listed.stdout)]
-    rerun = runner.invoke(app, ["rerun", job_id, "--user", DEMO_USER, "--info-file", str(stack.info_file)])
+    rerun = runner.invoke(
+        app, ["rerun", job_id, "--user", DEMO_USER, "--info-file", str(stack.info_file), "--json"]
+    )
     assert rerun.exit_code == 0, rerun.output
+    # Refunded when it was dead-lettered: the re-run is on the house, and says so.
+    assert json.loads(rerun.stdout)["chargeWaived"] is True
     job = _wait(client, job_id)
     assert (job["status"], job["attempts"], job["deadLettered"]) == ("succeeded", 1, False)
+    # The dead letter shows what became of it: resolved, so listed with --all only.
+    listed = runner.invoke(app, ["dlq", "list", "--info-file", str(stack.info_file), "--json"])
+    assert job_id not in [entry["job_id"] for entry in json.loads(listed.stdout)]
+    listed = runner.invoke(app, ["dlq", "list", "--all", "--info-file", str(stack.info_file), "--json"])
+    (entry,) = [entry for entry in json.loads(listed.stdout) if entry["job_id"] == job_id]
+    assert (entry["job_status"], entry["resolution"], entry["resolved"]) == ("succeeded", "succeeded", True)
 
 
 def test_a_fired_cron_run_expires_due_credits(stack: LocalStack, client: Target) -> None:

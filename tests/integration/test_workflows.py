@@ -818,6 +818,45 @@ def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_a
         )
 
 
+def test_a_batch_rerun_passes_over_children_of_a_finished_parent_and_counts_what_it_runs(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's re-run is refused once its parent ended: the dry run must not count it. The
+    parent's batch re-run takes it, on the house (the parent settled what its children made)."""
+    broken = {"on": True}
+    real = stage.provider.generate_image
+
+    def provider(request: Any) -> Any:
+        if broken["on"] and request.prompt == "a flaky prompt":
+            raise InvalidInputError("the model refused this prompt today")
+        return real(request)
+
+    monkeypatch.setattr(stage.provider, "generate_image", provider)
+    job_id = submit(api, {"kind": "image-batch", "input": {"prompts": ["one", "a flaky prompt", "three"]}})
+    run_until_idle(stage)
+    assert parent(stage, job_id).last_error_class == "children_failed"
+    charged = net_charge(stage, job_id)
+    operator = Operator(
+        directory=stage.directory, queues=JobQueues(stage.sqs, stage.resources.queue_urls), clock=stage.clock
+    )
+    operator.sleep = lambda _seconds: None
+
+    dry = operator.rerun_batch("image-generate")
+    assert (dry.matched, dry.left_alone) == (0, {"parent_not_waiting": 1})
+    done = operator.rerun_batch("image-generate", dry_run=False)
+    assert (done.matched, done.rerun, done.skipped) == (0, [], [])
+
+    broken["on"] = False  # the fix
+    assert operator.rerun_batch("image-batch").matched == 1
+    done = operator.rerun_batch("image-batch", dry_run=False)
+    assert (done.rerun, done.waived) == ([job_id], [job_id])
+    run_until_idle(stage)
+    assert parent(stage, job_id).status is JobStatus.SUCCEEDED
+    assert parent(stage, job_id).charge_waived
+    assert net_charge(stage, job_id) == charged  # on the house, as the row says
+    ledger_holds(stage)
+
+
 def test_a_post_without_a_body_needs_no_content_type(stage: Stage, api: Call) -> None:
     """Found by the API fuzzer: a cancel sent with no body and no Content-Type was a 415."""
     job_id = submit(api, {"kind": "summary", "input": "One sentence. Another one."})

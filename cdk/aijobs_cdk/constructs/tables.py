@@ -10,6 +10,7 @@ from constructs import Construct
 from aijobs.stage_config import StageConfig
 from aijobs.store.keys import (
     CRON_RUN_PREFIX,
+    DEAD_LETTER_PREFIX,
     FLOW_PREFIX,
     META_INDEXES,
     MODEL_PREFIX,
@@ -59,6 +60,18 @@ class Tables(Construct):
     def grant_dead_letter_records(self, fn: lambda_.IFunction) -> None:
         """The DLQ consumer reads tenants and writes the operator-visible dead-letter list."""
         self.meta.grant(fn, *META_READ_ACTIONS, "dynamodb:PutItem")
+
+    def grant_dead_letter_settling(self, fn: lambda_.IFunction) -> None:
+        """The operator routes move dead-letter entries within their list (`DEADLETTER#<kind>`
+        items only, UpdateItem): a re-run marks its job's entry, a listing settles what the job's
+        row resolved. Reading them is part of `grant_meta_read`."""
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem"],
+                resources=[self.meta.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{DEAD_LETTER_PREFIX}*"]}},
+            )
+        )
 
     def grant_webhook_secrets(self, fn: lambda_.IFunction) -> None:
         """The producer creates and rotates tenants' webhook signing secrets (`WEBHOOK#<userId>`

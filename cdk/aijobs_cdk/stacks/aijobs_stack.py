@@ -210,6 +210,7 @@ class AijobsStack(Stack):
         for fn in (producer, dispatcher, dead_letters.consumer, *(q.consumer for q in queues)):
             webhooks.queue.grant_send_messages(fn)  # a finished job's webhook delivery
         tables.grant_webhook_secrets(producer)
+        tables.grant_dead_letter_settling(producer)  # the operator routes' dead-letter list
         tables.grant_callback_rows(webhooks.consumer)
         tables.grant_meta_read(webhooks.consumer)
         for job_queue in queues:

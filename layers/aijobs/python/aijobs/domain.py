@@ -77,6 +77,9 @@ class Job(BaseModel):
     cost: float | None = None
     dead_lettered: bool = False
     reruns: int = 0
+    # The error class that ended the job before its last operator re-run (the last error is the
+    # new run's own).
+    previous_error_class: str | None = None
     # The last ATTEMPT_LOG_SIZE ends of attempts (aijobs.store.jobs.attempt_entry), oldest first:
     # the operator console's timeline. Kept across re-runs.
     attempt_log: list[dict[str, Any]] = Field(default_factory=list)
@@ -84,6 +87,8 @@ class Job(BaseModel):
     price: int = 0
     charge_state: str | None = None
     charge_allocation: dict[str, int] = Field(default_factory=dict)
+    # An operator re-run after the price was refunded (or a parent's settled): it runs on the house.
+    charge_waived: bool = False
     # A child of a workflow (aijobs.workflows): its parent and its index among the parent's parts.
     parent_id: str | None = None
     part: int | None = None

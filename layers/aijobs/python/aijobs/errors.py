@@ -14,6 +14,8 @@ class AijobsError(Exception):
 
 # The error class of a job its owner cancelled (and of a workflow child whose parent ended first).
 CANCELLED = "cancelled"
+# The error class of a job an operator gave up on (`aijobs fail-final`, the console).
+FAILED_BY_OPERATOR = "operator"
 
 
 # --- provider errors: the retry table ---------------------------------------------------------

@@ -164,7 +164,6 @@ def admin_service() -> AdminService:
     return AdminService(
         directory=jobs.directory,
         operator=Operator(jobs.directory, jobs.queues, utcnow),
-        meta=meta,
         sqs=aws.sqs(),
         queue_urls=settings.queue_urls,
         control=ConsumerControl(aws.on_first_use(aws.lambda_)),

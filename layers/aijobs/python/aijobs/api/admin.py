@@ -42,7 +42,7 @@ from aijobs.errors import (
 )
 from aijobs.observability import logger
 from aijobs.operator import Operator
-from aijobs.store.dead_letter_records import list_dead_letters
+from aijobs.store.dead_letter_records import DeadLetterStatus
 from aijobs.store.jobs import position
 from aijobs.store.keys import iso
 from aijobs.store.spend import SpendRecords
@@ -60,6 +60,8 @@ CHART_HOURS = 6
 _CHART_ROWS = 2000
 # A batch re-run from the API paces its sends like the CLI, but fast enough to answer in time.
 BATCH_RATE_PER_SECOND = 20.0
+# The overview counts each kind's open dead letters up to this many.
+_DEAD_LETTERS_COUNTED = 100
 
 
 class Control(Protocol):
@@ -122,7 +124,6 @@ def require_operator(
 class AdminService:
     directory: Directory
     operator: Operator
-    meta: Table
     sqs: SQSClient
     queue_urls: dict[str, str]
     control: Control
@@ -218,24 +219,18 @@ class AdminService:
                    "keyId": operator_id},
         )  # fmt: skip
         return BatchRerunView(
-            matched=report.matched, dryRun=report.dry_run, rerun=report.rerun, skipped=report.skipped
-        )
+            matched=report.matched, dryRun=report.dry_run, rerun=report.rerun, skipped=report.skipped,
+            leftAlone=report.left_alone, waived=report.waived,
+        )  # fmt: skip
 
     # --- dead letters, queues, consumers ------------------------------------------------------------
 
-    def dead_letters(self, kind: str | None, limit: int) -> list[DeadLetterView]:
+    def dead_letters(self, kind: str | None, limit: int, *, include_resolved: bool) -> list[DeadLetterView]:
         kinds = [self._kind(kind)] if kind else list(self.queue_urls)
-        letters = [letter for each in kinds for letter in list_dead_letters(self.meta, each, limit=limit)]
-        letters.sort(key=lambda letter: letter.dead_lettered_at, reverse=True)
         return [
-            DeadLetterView(
-                kind=letter.kind, jobId=letter.job_id, userId=letter.user_id, attempts=letter.attempts,
-                lastErrorClass=letter.last_error_class, lastErrorMessage=letter.last_error_message,
-                deadLetteredAt=letter.dead_lettered_at, jobStatus=letter.job_status,
-                parentId=letter.parent_id,
-            )
-            for letter in letters[:limit]
-        ]  # fmt: skip
+            dead_letter_view(status)
+            for status in self.operator.dead_letters(kinds, include_resolved=include_resolved, limit=limit)
+        ]
 
     def overview(self) -> Overview:
         now = self.clock()
@@ -280,7 +275,7 @@ class AdminService:
             succeededLastHour=sum(c[0] for _hour, c in recent),
             failedLastHour=sum(c[1] for _hour, c in recent),
             hours=[HourCount(hour=hour, succeeded=c[0], failed=c[1]) for hour, c in counts.items()],
-            deadLetters=len(list_dead_letters(self.meta, kind, limit=100)),
+            deadLetters=self.operator.open_dead_letters(kind, cap=_DEAD_LETTERS_COUNTED),
         )
 
     def _paused(self, kind: str) -> bool | None:
@@ -313,8 +308,21 @@ def admin_job(job: Job) -> AdminJob:
     return AdminJob(
         jobId=job.job_id, userId=job.user_id, kind=job.kind, status=job.status, attempts=job.attempts,
         reruns=job.reruns, lastErrorClass=job.last_error_class, lastErrorMessage=job.last_error_message,
-        deadLettered=job.dead_lettered, parentId=job.parent_id, createdAt=job.created_at,
-        updatedAt=job.updated_at,
+        previousErrorClass=job.previous_error_class, deadLettered=job.dead_lettered,
+        parentId=job.parent_id, chargeState=job.charge_state, chargeWaived=job.charge_waived,
+        createdAt=job.created_at, updatedAt=job.updated_at,
+    )  # fmt: skip
+
+
+def dead_letter_view(status: DeadLetterStatus) -> DeadLetterView:
+    letter, job = status.entry, status.job
+    return DeadLetterView(
+        kind=letter.kind, jobId=letter.job_id, userId=letter.user_id, attempts=letter.attempts,
+        lastErrorClass=letter.last_error_class, lastErrorMessage=letter.last_error_message,
+        deadLetteredAt=letter.dead_lettered_at, jobStatus=job.status.value if job else None,
+        jobErrorClass=job.last_error_class if job else None, reruns=job.reruns if job else 0,
+        resolution=status.resolution, resolved=not status.resolution.is_open,
+        parentId=letter.parent_id,
     )  # fmt: skip
 
 

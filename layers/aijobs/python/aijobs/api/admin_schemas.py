@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, ConfigDict, Field
 
 from aijobs.api.schemas import ApiModel
 from aijobs.domain import JobStatus
+from aijobs.store.dead_letter_records import Resolution
 from aijobs.store.jobs import attempt_history
 
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d([T ]\d\d:\d\d.*)?")
@@ -47,10 +48,20 @@ class AdminJob(ApiModel):
     status: JobStatus
     attempts: int
     reruns: int
-    lastErrorClass: str | None = None
+    lastErrorClass: str | None = Field(default=None, description="the current run's last error")
     lastErrorMessage: str | None = None
+    previousErrorClass: str | None = Field(
+        default=None, description="the error class that ended the job before its last operator re-run"
+    )
     deadLettered: bool
     parentId: str | None = None
+    chargeState: str | None = Field(
+        default=None, description="its price: `reserved`, `settled` or `refunded` (none: a free kind)"
+    )
+    chargeWaived: bool = Field(
+        default=False,
+        description="an operator re-ran it after its price was refunded: this run is on the house",
+    )
     createdAt: datetime
     updatedAt: datetime
 
@@ -71,6 +82,9 @@ class AdminJobList(ApiModel):
 
 
 class DeadLetterView(ApiModel):
+    """One dead letter: what killed its job (`attempts`, `lastError...`, as recorded), and what
+    became of it since (`jobStatus`, `resolution`, from the job's row now)."""
+
     kind: str
     jobId: str
     userId: str | None = None
@@ -78,7 +92,14 @@ class DeadLetterView(ApiModel):
     lastErrorClass: str | None = None
     lastErrorMessage: str | None = None
     deadLetteredAt: str
-    jobStatus: str | None = None
+    jobStatus: str | None = Field(default=None, description="the job's status now (none: its row is gone)")
+    jobErrorClass: str | None = Field(default=None, description="the job's last error now")
+    reruns: int = 0
+    resolution: Resolution = Field(
+        description="open, rerunning, rerun_failed (all three open: an operator must decide), or "
+        "resolved: succeeded, failed_by_operator, cancelled, gone"
+    )
+    resolved: bool
     parentId: str | None = None
 
 
@@ -93,7 +114,9 @@ class FailFinalRequest(ApiModel):
 
 
 class BatchRerunRequest(ApiModel):
-    """Re-run a kind's `failed_final` jobs after a fix; `dryRun` (the default) only counts them."""
+    """Re-run a kind's `failed_final` jobs after a fix; `dryRun` (the default) only counts them,
+    with the very selection the re-run takes. Without `errorClass`, jobs cancelled by their owner
+    or failed by an operator are left alone; `errorClass: cancelled` (or `operator`) re-runs them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -106,10 +129,17 @@ class BatchRerunRequest(ApiModel):
 
 
 class BatchRerunView(ApiModel):
-    matched: int
+    matched: int = Field(description="the jobs selected: a dry run's count is what its re-run takes")
     dryRun: bool
     rerun: list[str]
-    skipped: list[str]
+    skipped: list[str] = Field(description="selected, but changed before their turn")
+    leftAlone: dict[str, int] = Field(
+        description="passed over, by reason: `cancelled` / `operator` (name the class to re-run them), "
+        "`parent_not_waiting` (a workflow child: re-run its parent)"
+    )
+    waived: list[str] = Field(
+        description="re-run jobs that run on the house: their price was refunded when they failed"
+    )
 
 
 class HourCount(ApiModel):
@@ -132,7 +162,7 @@ class KindOverview(ApiModel):
     succeededLastHour: int
     failedLastHour: int
     hours: list[HourCount] = Field(description="succeeded and failed_final jobs per hour, oldest first")
-    deadLetters: int = Field(description="entries in its dead-letter list (up to 100 counted)")
+    deadLetters: int = Field(description="open entries of its dead-letter list (up to 100 counted)")
 
 
 class Overview(ApiModel):

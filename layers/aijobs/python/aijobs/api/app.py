@@ -627,7 +627,7 @@ def admin_batch_rerun(body: BatchRerunRequest) -> BatchRerunView:
 
 @app.get(
     "/admin/dead-letters",
-    summary="The dead-letter list, newest first (operators)",
+    summary="The open dead letters, newest first, each with what became of its job (operators)",
     operation_id="adminDeadLetters",
     tags=["admin"],
     responses=_responses(200, "the entries", *_ADMIN_ERRORS),
@@ -635,9 +635,17 @@ def admin_batch_rerun(body: BatchRerunRequest) -> BatchRerunView:
 def admin_dead_letters(
     kind: Annotated[str | None, Query(max_length=80)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    include_resolved: Annotated[
+        bool,
+        Query(
+            alias="all",
+            description="also the resolved ones (re-run and succeeded, failed "
+            "by an operator, cancelled, gone)",
+        ),
+    ] = False,
 ) -> DeadLetterList:
     admin, _ = _admin("dead-letters")
-    return DeadLetterList(deadLetters=admin.dead_letters(kind, limit))
+    return DeadLetterList(deadLetters=admin.dead_letters(kind, limit, include_resolved=include_resolved))
 
 
 @app.post(

@@ -636,20 +636,18 @@ class JobStore:
         }
 
     def requeue(self, job: Job, *, now: datetime, allowed_from: Sequence[JobStatus]) -> Job:
-        """Operator re-run: reset the attempt budget and set `queued` (the caller re-sends)."""
+        """Operator re-run: reset the attempt budget and set `queued` (the caller re-sends).
+
+        The tenant is not charged again: a job refunded at its final failure runs on the house,
+        and the row says so (`charge_waived`); one still reserved (stranded between attempts) is
+        settled or refunded as usual."""
         values = {f":from{i}": status.value for i, status in enumerate(allowed_from)}
         updated = self._transition(
             job,
             JobStatus.QUEUED,
             now,
             condition=f"#status IN ({', '.join(values)})",
-            sets={
-                "attempts": 0,
-                "dead_lettered": None,
-                "awaiting_provider": False,
-                "provider_checks": None,
-                "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
-            },
+            sets=_rerun_sets(job) | {"awaiting_provider": False, "provider_checks": None},
             values=values,
             remove=(
                 "lease_expires_at",
@@ -973,10 +971,7 @@ class JobStore:
         request = self._update_request(
             child, JobStatus.QUEUED, now,
             condition="#status = :final",
-            sets={
-                "attempts": 0, "dead_lettered": None, "awaiting_provider": False, "provider_checks": None,
-                "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
-            },
+            sets=_rerun_sets(child) | {"awaiting_provider": False, "provider_checks": None},
             values={":final": JobStatus.FAILED_FINAL.value},
             remove=("lease_expires_at", "finished_at", TTL_ATTRIBUTE, "provider_handle", "started_at",
                     "recheck_id", "next_attempt_at", "result_json", "result_ref"),
@@ -1016,21 +1011,20 @@ class JobStore:
         self, job: Job, *, now: datetime, phase: str, hold: timedelta, allowed_from: Sequence[JobStatus]
     ) -> Job:
         """Operator re-run of a parent: `running` again in `phase` (waiting for re-run children, or
-        straight to its merge), with a fresh attempt budget. Credits are not charged again."""
+        straight to its merge), with a fresh attempt budget. Credits are not charged again: children
+        that succeed now are on the house once the parent has settled (`charge_waived`)."""
         values = {f":from{i}": status.value for i, status in enumerate(allowed_from)}
         updated = self._transition(
             job,
             JobStatus.RUNNING,
             now,
             condition=f"#status IN ({', '.join(values)})",
-            sets={
+            sets=_rerun_sets(job)
+            | {
                 "phase": phase,
-                "attempts": 0,
-                "dead_lettered": None,
                 "awaiting_provider": True,
                 "recheck_id": uuid.uuid4().hex,
                 "lease_expires_at": iso(now + hold),
-                "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
             },
             values=values,
             remove=("finished_at", TTL_ATTRIBUTE, "claim_id", "next_attempt_at"),
@@ -1172,6 +1166,27 @@ _OWN_CLAIM = "#status = :running AND claim_id = :claim_id"
 # A finished row keeps no lease and no claim (checked by the finishing write itself, then dead
 # weight on every later write of the row: webhook state, retention).
 _FINISHED_REMOVES = ("lease_expires_at", "claim_id")
+
+
+def _on_the_house(job: Job) -> bool:
+    """Whether a re-run of `job` runs on the house: its price was already refunded (or, for a
+    workflow parent, settled) at its final transition, and a re-run never reserves again."""
+    return job.charge_state in (CHARGE_REFUNDED, CHARGE_SETTLED)
+
+
+def _rerun_sets(job: Job) -> dict[str, Any]:
+    """What every operator re-run writes: a fresh attempt budget; the error that ended the job
+    kept as `previous_error_class` (the last error is the new run's, none yet: a row that still
+    said `cancelled` while it runs again would lie); whether this run is on the house."""
+    return {
+        "attempts": 0,
+        "dead_lettered": None,
+        "reruns": ("if_not_exists(reruns, :zero) + :one", 1),
+        "last_error_class": None,
+        "last_error_message": None,
+        "previous_error_class": job.last_error_class,
+        "charge_waived": True if _on_the_house(job) else None,
+    }
 
 
 def _lost_race(job: Job, status: JobStatus, returns_none: bool) -> str | None:
@@ -1445,7 +1460,9 @@ def _from_item(item: dict[str, Any]) -> Job:
         cost=float(item["cost"]) if "cost" in item else None,
         dead_lettered=bool(item.get("dead_lettered", False)),
         reruns=int(item.get("reruns", 0)),
+        previous_error_class=item.get("previous_error_class"),
         price=int(item.get("price", 0)),
+        charge_waived=bool(item.get("charge_waived", False)),
         charge_state=item.get("charge_state"),
         charge_allocation=json.loads(item.get("charge_json", "{}")),
         parent_id=item.get("parentId"),

@@ -194,8 +194,19 @@ def cron_run_pk(expression: str) -> str:
     return f"{CRON_RUN_PREFIX}{expression}"
 
 
+# A kind's dead-letter list (aijobs.store.dead_letter_records): its own partition, so the API's
+# write grant (an operator settling entries) can be limited to these items by a leading-key condition.
+DEAD_LETTER_PREFIX = "DEADLETTER#"
+
+
 def dead_letter_pk(kind: str) -> str:
-    return f"DEADLETTER#{kind}"
+    return f"{DEAD_LETTER_PREFIX}{kind}"
+
+
+def dead_letter_list_pk(kind: str, part: str) -> str:
+    """The `by_time` partition of a kind's dead letters in one part of the list (aijobs.store.
+    dead_letter_records): `open` is the partition the DLQ consumer has always written."""
+    return dead_letter_pk(kind) if part == "open" else f"{dead_letter_pk(kind)}#{part.upper()}"
 
 
 # A tenant's webhook signing secret (aijobs.webhooks.secrets): its own partition, so the producer's

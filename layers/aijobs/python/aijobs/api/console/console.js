@@ -99,7 +99,8 @@ async function loadOverview() {
     batchKind.appendChild(el("option", kind.kind));
     const row = el("tr", null, { "data-kind": kind.kind });
     row.append(el("td", kind.kind), el("td", kind.backlog), el("td", age(kind.oldestQueuedAgeSeconds)),
-      el("td", kind.succeededLastHour), el("td", kind.failedLastHour), el("td", kind.deadLetters));
+      el("td", kind.succeededLastHour), el("td", kind.failedLastHour),
+      el("td", kind.deadLetters, { class: "dead-letters" }));
     const consumer = el("td");
     if (kind.paused === null) {
       consumer.textContent = "unknown";
@@ -122,40 +123,49 @@ async function loadOverview() {
     : "Model spend is not counted on this stage (the spend brake is off).";
 }
 
+// Open dead letters only, unless "Show resolved" is ticked: each with its job's status now.
 async function loadDeadLetters() {
-  const data = await api("GET", "/admin/dead-letters?limit=50");
+  const all = $("show-resolved").checked ? "&all=true" : "";
+  const data = await api("GET", `/admin/dead-letters?limit=50${all}`);
   const body = $("dead-letters").tBodies[0];
   body.replaceChildren();
   for (const letter of data.deadLetters) {
-    const row = el("tr", null, { "data-job": letter.jobId });
+    const row = el("tr", null, { "data-job": letter.jobId, "data-resolution": letter.resolution });
     const job = el("td");
     job.appendChild(letter.userId ? jobButton(letter.userId, letter.jobId) : el("span", letter.jobId));
     const error = el("td", `${letter.lastErrorClass || "-"}: ${letter.lastErrorMessage || ""}`, { class: "error" });
     const status = el("td", letter.jobStatus || "-", { class: "job-status" });
+    const resolution = el("td", letter.resolution.replaceAll("_", " "), { class: "resolution" });
     row.append(job, el("td", letter.kind), el("td", letter.userId || "-"), error,
-      el("td", when(letter.deadLetteredAt)), status);
+      el("td", when(letter.deadLetteredAt)), status, resolution);
     const actions = el("td");
-    if (letter.userId) {
+    if (letter.userId && !letter.resolved) {
       const base = `/admin/jobs/${encodeURIComponent(letter.userId)}/${encodeURIComponent(letter.jobId)}`;
       const rerun = el("button", "Re-run", { type: "button", class: "rerun" });
-      rerun.addEventListener("click", () => rowAction(`Re-run job ${letter.jobId}?`, base + "/rerun", undefined, status));
+      rerun.addEventListener("click", () => rowAction(`Re-run job ${letter.jobId}?`, base + "/rerun", undefined,
+        status, resolution, "rerunning"));
       const fail = el("button", "Fail final", { type: "button", class: "fail-final" });
       fail.addEventListener("click", () => rowAction(`Mark job ${letter.jobId} failed_final for good?`,
-        base + "/fail-final", { reason: "given up by an operator (console)" }, status));
+        base + "/fail-final", { reason: "given up by an operator (console)" }, status, resolution, "failed by operator"));
       actions.append(rerun, fail);
     }
     row.appendChild(actions);
     body.appendChild(row);
   }
-  if (!data.deadLetters.length) body.appendChild(el("tr")).appendChild(el("td", "No dead letters.", { colspan: "7" }));
+  if (!data.deadLetters.length) {
+    emptyRow(body, all ? "No dead letters." : "No open dead letters.", 8);
+  }
 }
 
-async function rowAction(question, path, body, statusCell) {
+// The row shows the action's outcome; the list itself follows on the next refresh.
+async function rowAction(question, path, body, statusCell, resolutionCell, resolution) {
   if (!window.confirm(question)) return;
   try {
     const job = await api("POST", path, body);
     statusCell.textContent = job.status;
+    resolutionCell.textContent = resolution;
     say(`Job ${job.jobId} is now ${job.status}.`);
+    await loadOverview();  // the open count
   } catch (error) {
     say(`Refused: ${error.message}`);
   }
@@ -192,7 +202,9 @@ async function countBatch() {
   const request = batchRequest();
   try {
     const report = await api("POST", "/admin/reruns", request);
-    $("batch-result").textContent = `${report.matched} failed_final ${request.kind} job(s) match.`;
+    const passed = Object.entries(report.leftAlone).map(([reason, count]) => `${count} ${reason.replaceAll("_", " ")}`);
+    $("batch-result").textContent = `${report.matched} failed_final ${request.kind} job(s) match.` +
+      (passed.length ? ` Left alone: ${passed.join(", ")} (name the error class to re-run cancelled or operator-failed jobs).` : "");
     if (report.matched > 0) {
       batchPlan = { ...request, dryRun: false };
       const confirm = $("batch-confirm");
@@ -212,8 +224,9 @@ async function runBatch() {
   try {
     const report = await api("POST", "/admin/reruns", plan);
     $("batch-result").textContent =
-      `Re-ran ${report.rerun.length} job(s); ${report.skipped.length} changed meanwhile and were skipped.`;
-    await Promise.all([loadDeadLetters(), loadJobs(false)]);
+      `Re-ran ${report.rerun.length} job(s); ${report.skipped.length} changed meanwhile and were skipped; ` +
+      `${report.waived.length} run on the house (refunded when they failed).`;
+    await Promise.all([loadOverview(), loadDeadLetters(), loadJobs(false)]);
   } catch (error) {
     $("batch-result").textContent = `Refused: ${error.message}`;
   }
@@ -313,7 +326,9 @@ async function showJob(userId, jobId) {
     for (const [name, value] of [["Job", job.jobId], ["Tenant", job.userId], ["Kind", job.kind],
       ["Status", job.status], ["Attempts", job.attempts], ["Re-runs", job.reruns], ["Model", job.model],
       ["Created", when(job.createdAt)], ["Finished", when(job.finishedAt)], ["Input", input],
-      ["Last error", job.lastErrorClass ? `${job.lastErrorClass}: ${job.lastErrorMessage || ""}` : "-"]]) {
+      ["Last error", job.lastErrorClass ? `${job.lastErrorClass}: ${job.lastErrorMessage || ""}` : "-"],
+      ["Before the last re-run", job.previousErrorClass],
+      ["Charge", `${job.chargeState || "free"}${job.chargeWaived ? " (this re-run is on the house)" : ""}`]]) {
       fields.append(el("dt", name), el("dd", value === null || value === undefined ? "-" : value));
     }
     const timeline = $("timeline");
@@ -373,6 +388,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("logout").addEventListener("click", () => { sessionStorage.removeItem(KEY_SLOT); showLogin(); });
   $("refresh").addEventListener("click", refresh);
+  $("show-resolved").addEventListener("change", () => loadDeadLetters().catch((e) => say(e.message)));
   $("filters").addEventListener("submit", (event) => { event.preventDefault(); loadJobs(false).catch((e) => say(e.message)); });
   $("more").addEventListener("click", () => loadJobs(true).catch((e) => say(e.message)));
   $("close-detail").addEventListener("click", () => { $("detail").hidden = true; });
