@@ -109,7 +109,11 @@ def test_operator_reruns_a_dead_letter_and_watches_it_succeed(page: Any, stack: 
     # The job's detail shows its input as text, and its attempts.
     row.locator("button.job").click()
     page.locator("#detail:not([hidden])").wait_for()
-    assert HOSTILE in page.locator("#detail-fields").inner_text()
+    detail = page.locator("#detail-fields").inner_text()
+    assert HOSTILE in detail
+    # What it was charged and what its attempts used: a dead-lettered job was refunded.
+    assert "refunded" in detail
+    assert "Credits" in detail
     assert page.locator("#timeline li").count() >= 2
     assert page.evaluate("window.__pwned") is None
     assert page.locator("#detail img, #detail script").count() == 0
@@ -183,6 +187,8 @@ def test_batch_rerun_counts_first_and_tenant_credits_show(page: Any, stack: Loca
     page.locator("#credits-balance", has_text="credits").wait_for()
     assert page.locator("#credit-grants tbody tr").count() >= 1
     assert page.locator("#credit-transactions tbody tr", has_text="debit").count() >= 1
+    # The local stage counts no spend (no cap): the table says so rather than showing nothing.
+    assert "not counted" in page.locator("#credit-spend tbody").inner_text()
     hostile = '<img src=x onerror="window.__pwned=3">'
     page.fill("#credits-form input[name=tenant]", hostile)
     page.keyboard.press("Enter")

@@ -534,3 +534,17 @@ def test_a_dead_letter_that_dies_again_is_open_again_and_a_late_copy_does_not_re
     assert stage.dlq_mapping().poll_once().received == 1
     assert _dead_letter_count(admin) == 0
     assert _letters(admin, all="true")[job.job_id]["resolution"] == "succeeded"
+
+
+def test_the_job_detail_shows_what_it_was_charged_used_and_cost(admin: Admin) -> None:
+    stage = admin.stage
+    job = stage.submit("alice", "summary", "#cost:0.0125 One sentence to summarise. And another one.")
+    list(stage.drain("summary"))
+    status, _h, body = admin.call("GET", f"/admin/jobs/alice/{job.job_id}")
+    assert status == 200, body
+    row = stage.job(job)
+    assert (body["status"], body["costUsd"], body["model"]) == ("succeeded", 0.0125, row.model)
+    assert body["usage"] == row.usage
+    assert body["usage"]["input_tokens"] > 0
+    assert body["price"] == row.price
+    assert body["cancelRequestedAt"] is None

@@ -842,7 +842,9 @@ def test_a_batch_rerun_passes_over_children_of_a_finished_parent_and_counts_what
     operator.sleep = lambda _seconds: None
 
     dry = operator.rerun_batch("image-generate")
-    assert (dry.matched, dry.left_alone) == (0, {"parent_not_waiting": 1})
+    # The failed child, and the sibling its failure stopped before it started (ended `cancelled`).
+    assert dry.matched == 0
+    assert dry.left_alone == {"parent_not_waiting": 1, "cancelled": 1}
     done = operator.rerun_batch("image-generate", dry_run=False)
     assert (done.matched, done.rerun, done.skipped) == (0, [], [])
 

@@ -329,7 +329,8 @@ def dead_letter_view(status: DeadLetterStatus) -> DeadLetterView:
 def admin_job_detail(job: Job) -> AdminJobDetail:
     return AdminJobDetail(
         **admin_job(job).model_dump(),
-        input=job.input, inputRef=job.input_ref, model=job.model, finishedAt=job.finished_at,
+        input=job.input, inputRef=job.input_ref, model=job.model, price=job.price, usage=job.usage,
+        costUsd=job.cost, cancelRequestedAt=job.cancel_requested_at, finishedAt=job.finished_at,
         attemptLog=attempt_views(job.attempt_log),
     )  # fmt: skip
 

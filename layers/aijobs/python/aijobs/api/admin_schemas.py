@@ -71,7 +71,13 @@ class AdminJobDetail(AdminJob):
 
     input: Any = None
     inputRef: str | None = None
-    model: str | None = None
+    model: str | None = Field(
+        default=None, description="the model that answered (with fallbacks, the last tried)"
+    )
+    price: int = Field(default=0, description="the credits the job costs")
+    usage: dict[str, int] = Field(default_factory=dict, description="what its model call reported using")
+    costUsd: float | None = Field(default=None, description="what its model call cost, in USD")
+    cancelRequestedAt: datetime | None = None
     finishedAt: datetime | None = None
     attemptLog: list[AttemptView]
 

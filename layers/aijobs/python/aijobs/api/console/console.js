@@ -258,6 +258,17 @@ async function showCredits(tenant) {
       transactions.appendChild(row);
     }
     if (!credits.transactions.length) emptyRow(transactions, "No transactions.", 4);
+    const spend = $("credit-spend").tBodies[0];
+    spend.replaceChildren();
+    for (const day of credits.spendByDay) {
+      const row = el("tr");
+      row.append(el("td", day.day), el("td", day.usd));
+      spend.appendChild(row);
+    }
+    if (!credits.spendByDay.length) {
+      emptyRow(spend, credits.spendCounted ? "No model spend in the last 30 days."
+        : "Model spend is not counted on this stage (the spend brake is off).", 2);
+    }
     box.hidden = false;
   } catch (error) {
     box.hidden = true;
@@ -316,6 +327,11 @@ async function loadJobs(more) {
   $("more").hidden = !nextCursor;
 }
 
+function usageText(usage) {
+  const entries = Object.entries(usage || {});
+  return entries.length ? entries.map(([name, value]) => `${name} ${value}`).join(", ") : null;
+}
+
 async function showJob(userId, jobId) {
   try {
     const job = await api("GET", `/admin/jobs/${encodeURIComponent(userId)}/${encodeURIComponent(jobId)}`);
@@ -328,7 +344,10 @@ async function showJob(userId, jobId) {
       ["Created", when(job.createdAt)], ["Finished", when(job.finishedAt)], ["Input", input],
       ["Last error", job.lastErrorClass ? `${job.lastErrorClass}: ${job.lastErrorMessage || ""}` : "-"],
       ["Before the last re-run", job.previousErrorClass],
-      ["Charge", `${job.chargeState || "free"}${job.chargeWaived ? " (this re-run is on the house)" : ""}`]]) {
+      ["Charge", `${job.chargeState || "free"}${job.chargeWaived ? " (this re-run is on the house)" : ""}`],
+      ["Credits", job.price], ["Usage", usageText(job.usage)],
+      ["Model cost", job.costUsd === null || job.costUsd === undefined ? null : `${job.costUsd} USD`],
+      ["Cancel requested", job.cancelRequestedAt ? when(job.cancelRequestedAt) : null]]) {
       fields.append(el("dt", name), el("dd", value === null || value === undefined ? "-" : value));
     }
     const timeline = $("timeline");
