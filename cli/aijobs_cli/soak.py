@@ -67,6 +67,9 @@ DEAD_LETTERED = "dead_lettered"
 # A job its owner cancelled that ended `failed_final` / `cancelled` (one cancelled while its attempt
 # ran may instead end `succeeded`: that attempt finished and was charged).
 CANCELLED = "cancelled"
+# Synchronous calls (`POST /classify`) mixed into the run: billed like jobs, answered at once.
+CLASSIFY = "classify"
+CLASSIFY_SHARE = 40  # one call per this many jobs
 CRONS = ("*/10 * * * *", "*/5 * * * *")
 # image-caption needs an uploaded image; every other kind takes text.
 SOAK_KINDS = ("summary", "embedding", "image-generate", "tts-generate", "video-generate")
@@ -121,6 +124,11 @@ FAULTS = (
     # Cancelled by its owner at a random moment: queued (refunded) or mid-call (charged, succeeded).
     Fault("cancelled", "#sleep:1 #cost:0.002", CANCELLED, 5),
 )
+
+
+# The fault of a `POST /classify` call (not drawn into the job mix: there is one call per
+# CLASSIFY_SHARE jobs, answered 200 and charged once).
+CLASSIFY_CALL = Fault("classify-call", "", SUCCEEDED, 0)
 
 
 @dataclass
@@ -847,6 +855,12 @@ def run_soak(
     if load is not None:
         jobs = load.max_jobs
     plan = plan_jobs(jobs, users, target.kinds, target.prices, seed)
+    if CLASSIFY in target.prices:
+        plan += [
+            SoakJob(index=jobs + n, user_id=str(n % users), kind=CLASSIFY, fault=CLASSIFY_CALL,
+                    price=target.prices[CLASSIFY])
+            for n in range(max(1, jobs // CLASSIFY_SHARE))
+        ]  # fmt: skip
     needs: dict[int, int] = Counter()
     for job in plan:
         needs[int(job.user_id)] += job.price
@@ -862,13 +876,15 @@ def run_soak(
     examples: dict[str, list[str]] = defaultdict(list)
 
     def submit(job: SoakJob) -> None:
-        words = f"{job.fault.directive} {TEXTS[job.kind]}".strip()
         headers = {"Idempotency-Key": f"{job.user_id}-{job.index}"}
-        for _try in range(2):  # a retry with the same key must give the same job
-            response = api.call(
-                target.api(by_user[job.user_id]), "POST", "/jobs", {"kind": job.kind, "input": words}, headers
-            )
-            if response is not None and response.status == 202:
+        if job.kind == CLASSIFY:
+            path, body, accepted_status = "/classify", {"text": TEXTS["summary"]}, 200
+        else:
+            words = f"{job.fault.directive} {TEXTS[job.kind]}".strip()
+            path, body, accepted_status = "/jobs", {"kind": job.kind, "input": words}, 202
+        for _try in range(2):  # a retry with the same key must give the same job (or answer)
+            response = api.call(target.api(by_user[job.user_id]), "POST", path, body, headers)
+            if response is not None and response.status == accepted_status:
                 job.job_id, job.accepted_at = str(response.body["jobId"]), time.monotonic()
                 with lock:
                     accepted.append(job)
@@ -1065,6 +1081,8 @@ def run_soak(
     runs = target.runs
     if runs is not None:
         for job in accepted:
+            if job.kind == CLASSIFY:
+                continue  # the API's own provider call, not a consumer's: not observed
             successes = runs.successes[job.job_id]
             if successes > 1:
                 violate(
@@ -1108,7 +1126,7 @@ def run_soak(
         outcomes[job.fault.name][(job.outcome or ("not accepted" if not job.job_id else "unfinished"))] += 1
     figures: dict[str, Any] = {
         "jobs_planned": jobs,
-        "jobs_accepted": len(accepted),
+        "jobs_accepted": sum(1 for job in accepted if job.kind != CLASSIFY),
         "retries": sum(max(0, job.attempts - 1) for job in accepted),
         "dead_letter_entries": len(entries) if entries is not None else None,
         "copies_on_main_queues": injected["main_queue_early"] + injected["main_queue_late"],
@@ -1116,6 +1134,7 @@ def run_soak(
         "copies_on_main_queues_after_finish": injected["main_queue_late"],
         "copies_on_dead_letter_queues": injected["dead_letter_queue"],
         "cancels": {str(status): n for status, n in sorted(cancels.items())},
+        "classify_calls": sum(1 for job in accepted if job.kind == CLASSIFY),
         "cancelled_jobs": sum(1 for job in accepted if job.outcome == CANCELLED),
         "cancelled_mid_call_and_charged": sum(
             1 for job in accepted if job.cancel_status == 202 and job.status == SUCCEEDED
@@ -1139,10 +1158,10 @@ def run_soak(
     report = SoakReport(
         target=target.label,
         seed=seed,
-        jobs=len(accepted),
+        jobs=figures["jobs_accepted"],
         users=len(people),
         duration_seconds=round(time.monotonic() - started, 1),
-        jobs_per_second=round(len(accepted) / elapsed, 2),
+        jobs_per_second=round(figures["jobs_accepted"] / elapsed, 2),
         invariants=invariants,
         figures=figures,
         outcomes={name: dict(counts) for name, counts in outcomes.items()},

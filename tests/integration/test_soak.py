@@ -124,6 +124,8 @@ def test_ci_soak_every_invariant_is_zero(quiet_logs: None) -> None:
     assert figures["cancels"].get("202", 0) > 0
     assert figures["cancelled_mid_call_and_charged"] > 0
     assert report.outcomes["outage-503"] == {DEAD_LETTERED: outage}
+    # Synchronous calls ran among the jobs, each answered and charged once (the ledger checks).
+    assert figures["classify_calls"] == report.outcomes["classify-call"]["succeeded"] == 200 // 40
 
 
 def test_cli_soak_of_a_deployed_stage_needs_url_and_key() -> None:
