@@ -875,6 +875,15 @@ def run_soak(
     cron: Counter[str] = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
 
+    cancels: Counter[int] = Counter()
+    timers: list[threading.Timer] = []
+
+    def cancel(job: SoakJob) -> None:
+        response = api.call(target.api(by_user[job.user_id]), "POST", f"/jobs/{job.job_id}/cancel")
+        job.cancel_status = response.status if response is not None else 0
+        with lock:
+            cancels[job.cancel_status] += 1
+
     def submit(job: SoakJob) -> None:
         headers = {"Idempotency-Key": f"{job.user_id}-{job.index}"}
         if job.kind == CLASSIFY:
@@ -888,6 +897,12 @@ def run_soak(
                 job.job_id, job.accepted_at = str(response.body["jobId"]), time.monotonic()
                 with lock:
                     accepted.append(job)
+                    if job.cancel_after is not None:
+                        # On its own timer: a cancel due now must not wait for the soak's loop.
+                        timer = threading.Timer(job.cancel_after, cancel, args=(job,))
+                        timer.daemon = True
+                        timers.append(timer)
+                        timer.start()
                 return
             if response is not None and response.status < 500:
                 examples["api_rejections"].append(f"job #{job.index}: {response.status} {response.body}")
@@ -926,7 +941,6 @@ def run_soak(
     deadline = started + timeout_seconds
     say(f"soak: {jobs} jobs, {len(people)} users, seed {seed}, against {target.label}")
     pool = ThreadPoolExecutor(max_workers=submit_workers, thread_name_prefix="soak-submit")
-    cancel_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-cancel")
     futures: list[Future[None]] = []
     submitted_jobs: list[SoakJob] = []
     stopped: list[str] = []
@@ -965,13 +979,6 @@ def run_soak(
     last_finished = started
     finished: set[str] = set()
     pending_early: set[str] = set()
-    cancels: Counter[int] = Counter()
-
-    def cancel(job: SoakJob) -> None:
-        response = api.call(target.api(by_user[job.user_id]), "POST", f"/jobs/{job.job_id}/cancel")
-        job.cancel_status = response.status if response is not None else 0
-        with lock:
-            cancels[job.cancel_status] += 1
 
     last_line, next_say = "", started
     while time.monotonic() < deadline:
@@ -987,15 +994,6 @@ def run_soak(
                 pending_early.add(job.job_id)
                 if target.send_copy(job, dead_letter_queue=False):
                     injected["main_queue_early"] += 1
-            if (
-                job.cancel_after is not None
-                and job.cancel_status is None
-                and now >= job.accepted_at + job.cancel_after
-            ):
-                job.cancel_status = -1  # sent (its answer replaces this)
-                with lock:
-                    # Not behind the submissions: a cancel is due now, not once they are all in.
-                    futures.append(cancel_pool.submit(cancel, job))
         if now >= next_cron:
             for expression in CRONS:
                 fire_pair(expression)
@@ -1029,7 +1027,8 @@ def run_soak(
     if feeder is not None:
         feeder.join()
     pool.shutdown(wait=True, cancel_futures=True)
-    cancel_pool.shutdown(wait=True)
+    for timer in list(timers):
+        timer.join(timeout=30)
     for future in futures:  # a submission that raised is a bug of the soak itself: say so
         error = None if future.cancelled() else future.exception()
         if error is not None:
