@@ -118,11 +118,15 @@ def test_ci_soak_every_invariant_is_zero(quiet_logs: None) -> None:
             assert set(report.outcomes[fault.name]) <= {CANCELLED, "succeeded"}
             continue
         assert report.outcomes[fault.name] == {fault.expect: sum(report.outcomes[fault.name].values())}
-    # Every cancel was answered, and some reached a job mid-call (202: it ran, and is charged).
-    # Which ones find their job still queued (200, refunded) depends on timing: not asserted.
-    assert sum(figures["cancels"].values()) == sum(report.outcomes["cancelled"].values()) > 0
-    assert figures["cancels"].get("202", 0) > 0
-    assert figures["cancelled_mid_call_and_charged"] > 0
+    # Every cancel was answered, and reached its job before it ended (its call takes a second, the
+    # cancel comes within 0.8 s of acceptance). Whether the job was still queued (200, refunded)
+    # or mid-call (202, then charged) depends on how busy the machine is: both are right.
+    cancels = figures["cancels"]
+    assert sum(cancels.values()) == sum(report.outcomes["cancelled"].values()) > 0
+    assert cancels.get("200", 0) + cancels.get("202", 0) > 0
+    # Each answer says what became of its job: 200 cancelled and refunded; 202 ran and charged.
+    assert figures["cancelled_jobs"] == cancels.get("200", 0)
+    assert figures["cancelled_mid_call_and_charged"] == cancels.get("202", 0)
     assert report.outcomes["outage-503"] == {DEAD_LETTERED: outage}
     # Synchronous calls ran among the jobs, each answered and charged once (the ledger checks).
     assert figures["classify_calls"] == report.outcomes["classify-call"]["succeeded"] == 200 // 40
