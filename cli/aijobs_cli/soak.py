@@ -328,7 +328,7 @@ class SoakTarget(Protocol):
     def fire_cron(self, expression: str, scheduled: datetime) -> dict[str, Any] | None: ...
     def ledger(self, user: SoakUser) -> LedgerView | None: ...
     def dead_letters(self, job_ids: set[str]) -> set[str] | None: ...
-    def spend_counted(self, days: set[str]) -> float | None: ...
+    def spend_counted(self, since: datetime) -> float | None: ...
     def messages_left(self) -> int | None: ...
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None: ...
 
@@ -405,10 +405,14 @@ class _StageAccess:
             if entry.job_id in job_ids
         }
 
-    def spend_counted(self, days: set[str]) -> float:
-        """What the spend brake counted for the stage on `days` (USD)."""
+    def spend_counted(self, since: datetime, zone_name: str) -> float:
+        """What the spend brake counted for the stage (USD) on the days from `since` to now, days
+        as the brake counts them (midnight in the stage's SPEND_TIME_ZONE)."""
+        from aijobs.spend import day_of, time_zone
         from aijobs.store.spend import SpendRecords
 
+        zone = time_zone(zone_name)
+        days = {day_of(since, zone), day_of(datetime.now(UTC), zone)}
         records = SpendRecords(self.directory.meta)
         return float(sum(records.day_state(day).stage_usd for day in days))
 
@@ -528,8 +532,8 @@ class LocalSoakTarget:
     def messages_left(self) -> int | None:
         return self.access.messages_left()
 
-    def spend_counted(self, days: set[str]) -> float | None:
-        return self.access.spend_counted(days)
+    def spend_counted(self, since: datetime) -> float | None:
+        return self.access.spend_counted(since, self.config.spend_time_zone)
 
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None:
         return None  # the local stack publishes no Lambda, DynamoDB or SQS metrics
@@ -623,7 +627,7 @@ class DeployedSoakTarget:
         # A deployed stage has other traffic; its queues never need to be empty for the soak.
         return None
 
-    def spend_counted(self, days: set[str]) -> float | None:
+    def spend_counted(self, since: datetime) -> float | None:
         return None  # other traffic counts too, and provider costs are not observed
 
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None:
@@ -1240,11 +1244,7 @@ def _check_spend(
 ) -> None:
     """The three figures of the run's model spend must agree: what the provider reported for
     every result, what the rows recorded, what the spend brake counted (stage days of the run)."""
-    from aijobs.spend import day_of, time_zone
-
-    zone = time_zone("UTC")
-    days = {day_of(started, zone), day_of(datetime.now(UTC), zone)}
-    counted = target.spend_counted(days)
+    counted = target.spend_counted(started)
     if counted is None:
         invariants["spend_mismatches"] = None
         return

@@ -267,7 +267,7 @@ class Target:
             recheck=timedelta(seconds=config.provider_recheck_seconds),
             stuck_after=timedelta(seconds=config.stuck_queued_seconds),
             clock=utcnow,
-            limits={kind: config.queue_tuning(kind).limits for kind in config.queue_names},
+            limits=config.kind_limits,
         )
 
 

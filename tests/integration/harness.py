@@ -212,6 +212,14 @@ class Stage:
         assert row is not None
         return row
 
+    def set_attempts(self, job: Job, attempts: int) -> None:
+        """Write the row's attempt count, as attempts whose consumers died would have left it."""
+        self.store_for(job.user_id)._table.update_item(
+            Key={"pk": f"USER#{job.user_id}", "sk": f"JOB#{job.job_id}"},
+            UpdateExpression="SET attempts = :n",
+            ExpressionAttributeValues={":n": attempts},
+        )
+
     def job_by_id(self, user_id: str, job_id: str) -> Job:
         row = self.store_for(user_id).get(user_id, job_id)
         assert row is not None

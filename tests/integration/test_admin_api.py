@@ -108,11 +108,7 @@ def _dead_letter(stage: Stage, user: str, text: str = "#fail:503") -> Job:
     """A job whose attempts failed and whose message then reached the DLQ (recorded, finalized):
     only a spent attempt budget makes a dead letter finalize its job."""
     job = _attempt(stage, stage.submit(user, "summary", text), 2, fail="provider_unavailable")
-    stage.store_for(user)._table.update_item(
-        Key={"pk": f"USER#{user}", "sk": f"JOB#{job.job_id}"},
-        UpdateExpression="SET attempts = :n",
-        ExpressionAttributeValues={":n": stage.resources.config.queue_tuning("summary").max_attempts},
-    )
+    stage.set_attempts(job, stage.resources.config.queue_tuning("summary").max_attempts)
     stage.sqs.send_message(
         QueueUrl=stage.resources.dlq_urls["summary"],
         MessageBody=json.dumps({"jobId": job.job_id, "userId": user, "kind": "summary"}),

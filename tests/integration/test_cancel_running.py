@@ -63,6 +63,22 @@ def _cancel_during_the_call(stage: Stage, api: Call, job_id: str, answers: list[
     stage.provider.before_run = cancel
 
 
+def _cancelled_during_a_failing_call(stage: Stage, api: Call) -> tuple[str, list[tuple[int, Any]]]:
+    """A summary job whose owner cancels it during its model call, which then fails with a 503:
+    its id and the cancel's answers, once the consumer is done with it."""
+    _status, accepted = api("POST", "/jobs", {"kind": "summary", "input": TEXT})
+    job_id = accepted["jobId"]
+    answers: list[tuple[int, Any]] = []
+
+    def cancel_then_fail(_request: Any) -> None:
+        answers.append(api("POST", f"/jobs/{job_id}/cancel"))
+        raise TransientProviderError("503 from the model", status=503)
+
+    stage.provider.before_run = cancel_then_fail
+    list(stage.drain("summary"))
+    return job_id, answers
+
+
 def test_a_cancel_during_a_call_that_succeeds_is_answered_202_and_the_attempt_is_charged(
     stage: Stage, api: Call
 ) -> None:
@@ -105,16 +121,7 @@ def test_a_cancel_during_a_call_that_succeeds_is_answered_202_and_the_attempt_is
 def test_a_cancel_during_a_call_that_fails_ends_the_job_cancelled_refunded_and_never_retried(
     stage: Stage, api: Call
 ) -> None:
-    status, accepted = api("POST", "/jobs", {"kind": "summary", "input": TEXT})
-    job_id = accepted["jobId"]
-    answers: list[tuple[int, Any]] = []
-
-    def cancel_then_fail(request: Any) -> None:
-        answers.append(api("POST", f"/jobs/{job_id}/cancel"))
-        raise TransientProviderError("503 from the model", status=503)
-
-    stage.provider.before_run = cancel_then_fail
-    list(stage.drain("summary"))
+    job_id, answers = _cancelled_during_a_failing_call(stage, api)
 
     assert answers[0][0] == 202
     row = stage.job_by_id("alice", job_id)
@@ -188,16 +195,7 @@ def test_a_cancel_that_races_a_claim_never_refunds_a_running_attempt(stage: Stag
 def test_an_operator_rerun_of_a_cancelled_job_forgets_the_cancel(stage: Stage, api: Call) -> None:
     from aijobs.store.jobs import JobStore
 
-    _status, accepted = api("POST", "/jobs", {"kind": "summary", "input": TEXT})
-    job_id = accepted["jobId"]
-    answers: list[tuple[int, Any]] = []
-
-    def cancel_then_fail(request: Any) -> None:
-        answers.append(api("POST", f"/jobs/{job_id}/cancel"))
-        raise TransientProviderError("503 from the model", status=503)
-
-    stage.provider.before_run = cancel_then_fail
-    list(stage.drain("summary"))
+    job_id, _answers = _cancelled_during_a_failing_call(stage, api)
     store: JobStore = stage.store_for("alice")
     row = stage.job_by_id("alice", job_id)
     rerun = store.requeue(row, now=stage.clock(), allowed_from=(JobStatus.FAILED_FINAL,))

@@ -145,11 +145,7 @@ def test_a_message_redriven_by_sqs_after_the_budget_is_spent_finalizes_the_job(s
     inbox = stage.subscribe_inbox()
     job = stage.submit("alice", "summary", TEXT)
     budget = stage.resources.config.queue_tuning("summary").max_attempts
-    stage.store_for("alice")._table.update_item(  # every attempt was spent (their consumers died)
-        Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
-        UpdateExpression="SET attempts = :n",
-        ExpressionAttributeValues={":n": budget},
-    )
+    stage.set_attempts(job, budget)  # every attempt was spent (their consumers died)
     stage.redrive("summary")
     assert stage.dlq_mapping("summary").poll_once().failed_ids == []
     row = stage.job(job)

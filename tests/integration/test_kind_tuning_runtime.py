@@ -92,11 +92,7 @@ def test_the_sweeper_spends_each_kinds_own_attempt_budget(stage: Stage) -> None:
     jobs = {kind: stage.submit("alice", kind, TEXT) for kind in (TUNED, PLAIN)}
     for kind, job in jobs.items():
         stage.receive(stage.resources.queue_urls[kind])  # the message is lost
-        stage.store_for("alice")._table.update_item(
-            Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
-            UpdateExpression="SET attempts = :n",
-            ExpressionAttributeValues={":n": 4},
-        )
+        stage.set_attempts(job, 4)
     ctx = _ctx(stage)
     assert ctx.max_attempts_of(TUNED) == 6
     stage.clock.advance(ctx.stuck_after.total_seconds() + 1)
@@ -111,11 +107,7 @@ def test_the_dead_letter_consumer_spends_each_kinds_own_attempt_budget(stage: St
     the first and sends the second back to its queue."""
     jobs = {kind: stage.submit("alice", kind, TEXT) for kind in (TUNED, PLAIN)}
     for kind, job in jobs.items():
-        stage.store_for("alice")._table.update_item(
-            Key={"pk": "USER#alice", "sk": f"JOB#{job.job_id}"},
-            UpdateExpression="SET attempts = :n",
-            ExpressionAttributeValues={":n": 4},
-        )
+        stage.set_attempts(job, 4)
         stage.redrive(kind)
         assert stage.dlq_mapping(kind).poll_once().failed_ids == []
     tuned, plain = stage.job(jobs[TUNED]), stage.job(jobs[PLAIN])

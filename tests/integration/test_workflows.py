@@ -764,18 +764,25 @@ def test_cancel_a_plain_queued_job_refunds_it_and_it_never_runs(stage: Stage, ap
 # --- operator re-run ------------------------------------------------------------------------------
 
 
-def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_again(
-    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    broken = {"on": True}
+def refuse_flaky_prompt(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """The image model refuses "a flaky prompt" for good until the switch returned is turned off
+    (`switch["on"] = False`: the fix an operator re-runs after)."""
+    switch = {"on": True}
     real = stage.provider.generate_image
 
     def provider(request: Any) -> Any:
-        if broken["on"] and request.prompt == "a flaky prompt":
+        if switch["on"] and request.prompt == "a flaky prompt":
             raise InvalidInputError("the model refused this prompt today")
         return real(request)
 
     monkeypatch.setattr(stage.provider, "generate_image", provider)
+    return switch
+
+
+def test_operator_rerun_of_a_parent_reruns_only_its_failed_children_and_merges_again(
+    stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = refuse_flaky_prompt(stage, monkeypatch)
     job_id = submit(
         api, {"kind": "image-batch", "input": {"prompts": ["one", "a flaky prompt", "three", "four"]}}
     )
@@ -823,15 +830,7 @@ def test_a_batch_rerun_passes_over_children_of_a_finished_parent_and_counts_what
 ) -> None:
     """A child's re-run is refused once its parent ended: the dry run must not count it. The
     parent's batch re-run takes it, on the house (the parent settled what its children made)."""
-    broken = {"on": True}
-    real = stage.provider.generate_image
-
-    def provider(request: Any) -> Any:
-        if broken["on"] and request.prompt == "a flaky prompt":
-            raise InvalidInputError("the model refused this prompt today")
-        return real(request)
-
-    monkeypatch.setattr(stage.provider, "generate_image", provider)
+    broken = refuse_flaky_prompt(stage, monkeypatch)
     job_id = submit(api, {"kind": "image-batch", "input": {"prompts": ["one", "a flaky prompt", "three"]}})
     run_until_idle(stage)
     assert parent(stage, job_id).last_error_class == "children_failed"

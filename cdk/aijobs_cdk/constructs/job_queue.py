@@ -41,7 +41,7 @@ class JobQueue(Construct):
         self.kind = kind
         name = queue_resource_name(config.stage, kind)
         # The stage's values, changed where the kind's declaration says (aijobs.kinds.base.Tuning).
-        self.tuning = tuning = config.queue_tuning(kind)
+        tuning = config.queue_tuning(kind)
         self.dlq = stage_queue(
             self,
             "Dlq",

@@ -433,9 +433,15 @@ class StageConfig:
         return {KIND_LIMITS: self.kind_limits_setting}
 
     @property
+    def kind_limits(self) -> dict[str, KindLimits]:
+        """Each configured kind's attempts, lease and concurrency ceiling (what the cron and the DLQ
+        consumer are told as KIND_LIMITS)."""
+        return {kind: self.queue_tuning(kind).limits for kind in self.queue_names}
+
+    @property
     def kind_limits_setting(self) -> str:
         """`KIND_LIMITS`: each configured kind's attempts, lease and concurrency ceiling."""
-        return limits_setting({kind: self.queue_tuning(kind).limits for kind in self.queue_names})
+        return limits_setting(self.kind_limits)
 
     def cron_settings_env(self) -> dict[str, str]:
         return {
