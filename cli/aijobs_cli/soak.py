@@ -10,7 +10,14 @@ while the soak injects what at-least-once delivery and schedules do in productio
 - copies of succeeded jobs' messages on the dead-letter queues (must not become dead letters);
 - overlapping double cron fires: each round fires `*/10` and `*/5` from two threads with the same
   scheduled time (must act once: expire, refund or re-queue once);
-- short-lived credit grants that expire during the run.
+- short-lived credit grants that expire during the run;
+- owners cancelling jobs mid-run (plain jobs and `image-batch` workflows), and `POST /classify`
+  calls among the jobs (billed like jobs);
+- batch re-runs by an operator (`POST /admin/reruns`), one during the run and a final round once
+  every job finished, each final page counted by a dry run first; after each re-run, a late copy
+  of the re-run jobs' old dead letters on their dead-letter queues (must be acknowledged as
+  stray: the row decides whether a job is dead);
+- a tenant with a running cap (its jobs wait held; the sweeper must not re-send a held row).
 
 The report counts invariant violations (every one must be 0) next to plain figures. By default
 the soak runs its own in-process local stack (stage `local`), wrapping every consumer's provider to
@@ -56,7 +63,6 @@ from aijobs.providers.base import (
 )
 from aijobs.providers.local import SimulatedCrash
 from aijobs.settings import ConsumerSettings
-from aijobs.store.dead_letter_records import list_dead_letters
 from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
 from aijobs_cli.target import Target, TargetError
@@ -71,6 +77,19 @@ CANCELLED = "cancelled"
 CLASSIFY = "classify"
 CLASSIFY_SHARE = 40  # one call per this many jobs
 CRONS = ("*/10 * * * *", "*/5 * * * *")
+SWEEPER = "*/5 * * * *"
+# A workflow whose parent the soak cancels at a random moment: its children that succeeded are
+# charged, the rest refunded (README "Credits").
+WORKFLOW_KIND = "image-batch"
+WORKFLOW_CHILD_KIND = "image-generate"
+BATCH_CANCELLED = "batch-cancelled"
+WORKFLOW_PARTS = 4
+# The soak's tenant with a running cap (user index 1): its jobs of a kind run at most this many at
+# once, the rest wait held (TENANT_HOLD_SECONDS, short in the soak so they come back in the run).
+CAPPED_USER, RUNNING_CAP = 1, 2
+SOAK_TENANT_HOLD_SECONDS = "3"
+# A batch re-run page (the admin API's largest).
+RERUN_PAGE = 200
 # image-caption needs an uploaded image; every other kind takes text.
 SOAK_KINDS = ("summary", "embedding", "image-generate", "tts-generate", "video-generate")
 TEXTS = {
@@ -91,13 +110,16 @@ INVARIANTS = {
     "ledger_errors_per_job": "jobs without exactly one debit, and one refund iff failed_final",
     "api_5xx": "5xx answers from the API, or no answer",
     "api_rejections": "submissions answered with a 4xx",
-    "dead_letter_mismatches": "DLQ entries that are not exactly the outage jobs",
+    "dead_letter_mismatches": "dead-letter entries whose state is not their row's: open for the jobs "
+    "dead now, succeeded for those re-run since, none for any other",
     "cron_errors": "cron fires that raised",
     "grants_not_expired": "short-lived grants still unexpired after the final cron round",
     "model_calls_unrecorded": "provider results whose row did not succeed with its usage recorded",
     "results_not_charged": "succeeded jobs not charged exactly their price (one debit, no refund)",
     "spend_mismatches": "spend the brake counted != cost the provider reported != cost on the rows",
     "cancels_refused": "cancels answered otherwise than 200 (cancelled), 202 (running) or 409 (finished)",
+    "rerun_mismatches": "batch re-runs whose dry run counted otherwise, or that re-ran a cancelled job",
+    "held_rows_resent": "jobs of the capped tenant the sweeper re-sent as lost (held rows are held)",
 }
 
 
@@ -123,6 +145,11 @@ FAULTS = (
     Fault("priced", "#cost:0.0125", SUCCEEDED, 6),
     # Cancelled by its owner at a random moment: queued (refunded) or mid-call (charged, succeeded).
     Fault("cancelled", "#sleep:1 #cost:0.002", CANCELLED, 5),
+    # Dead-lettered by an outage that ends with an operator's re-run (`#outage`): the soak's batch
+    # re-run brings it back, on the house, and it succeeds.
+    Fault("outage-rerun", "#outage", SUCCEEDED, 3),
+    # An `image-batch` of WORKFLOW_PARTS prompts its owner cancels within two seconds.
+    Fault(BATCH_CANCELLED, "#sleep:0.4 #cost:0.001", CANCELLED, 3),
 )
 
 
@@ -155,6 +182,13 @@ class SoakJob:
     # the status the cancel was answered with.
     cancel_after: float | None = None
     cancel_status: int | None = None
+    # From the row: what it reserved, whether an operator's re-run ran it on the house.
+    reserved: int | None = None
+    charge_waived: bool = False
+    # How often the soak's batch re-runs took it, and its outcome when it was last re-run.
+    reruns: int = 0
+    # A workflow parent's children, as their rows ended.
+    children: list[ChildState] = field(default_factory=list)
 
     @property
     def outcome(self) -> str | None:
@@ -179,6 +213,8 @@ class SoakUser:
     short_expiry: datetime | None = None
     # When the final cron round began: every short grant due by then must be expired.
     swept_at: datetime | None = None
+    # Its own running cap (the capped tenant), else None.
+    running_cap: int | None = None
 
 
 @dataclass
@@ -190,6 +226,25 @@ class RowState:
     cost: float | None = None
     last_error_class: str | None = None
     usage_recorded: bool = False
+    price: int | None = None
+    charge_waived: bool = False
+
+
+@dataclass(frozen=True)
+class ChildState:
+    job_id: str
+    status: str
+    cost: float | None
+    usage_recorded: bool
+
+
+@dataclass(frozen=True)
+class DeadLetterState:
+    """A dead-letter entry as an operator sees it: what became of it, and whether the default
+    (open) list and count include it."""
+
+    resolution: str
+    listed_open: bool
 
 
 @dataclass
@@ -202,6 +257,7 @@ class LedgerView:
     per_job: dict[str, Counter[str]]
     refund_amounts: dict[str, int]
     short_grants_unexpired: int
+    debit_amounts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -327,7 +383,10 @@ class SoakTarget(Protocol):
     def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool: ...
     def fire_cron(self, expression: str, scheduled: datetime) -> dict[str, Any] | None: ...
     def ledger(self, user: SoakUser) -> LedgerView | None: ...
-    def dead_letters(self, job_ids: set[str]) -> set[str] | None: ...
+    def dead_letters(self, job_ids: set[str]) -> dict[str, DeadLetterState] | None: ...
+    def children(self, job: SoakJob) -> list[ChildState] | None: ...
+    def operator_api(self) -> Target | None: ...
+    def send_dead_letter(self, job: SoakJob) -> bool: ...
     def spend_counted(self, since: datetime) -> float | None: ...
     def messages_left(self) -> int | None: ...
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None: ...
@@ -359,15 +418,24 @@ class _StageAccess:
                     row.cost,
                     row.last_error_class,
                     usage_recorded=bool(row.usage),
+                    price=row.price,
+                    charge_waived=row.charge_waived,
                 )
         return states
 
-    def send_copy(self, job: SoakJob, *, dead_letter_queue: bool) -> bool:
+    def children(self, job: SoakJob) -> list[ChildState]:
+        found = self.store(job.user_id).list_children(job.user_id, job.job_id, limit=None).jobs
+        return [ChildState(c.job_id, c.status.value, c.cost, bool(c.usage)) for c in found]
+
+    def send_copy(self, job: SoakJob, *, dead_letter_queue: bool, moved_by_consumer: bool = False) -> bool:
         urls = self.target.dlq_urls if dead_letter_queue else self.target.queue_urls
         if job.kind not in urls:
             return False
         body = QueueMessage(jobId=job.job_id, userId=job.user_id, kind=job.kind).model_dump_json()
-        aws.sqs().send_message(QueueUrl=urls[job.kind], MessageBody=body)
+        if moved_by_consumer:  # as our consumer moves a job whose budget is spent
+            self.target.queues().send_to_dlq(body, kind=job.kind)
+        else:
+            aws.sqs().send_message(QueueUrl=urls[job.kind], MessageBody=body)
         return True
 
     def ledger(self, user: SoakUser, api_balance: int | None, since: datetime | None = None) -> LedgerView:
@@ -377,6 +445,7 @@ class _StageAccess:
         totals = Counter(account.archived)
         per_job: dict[str, Counter[str]] = defaultdict(Counter)
         refunds: dict[str, int] = {}
+        debits: dict[str, int] = {}
         expired_since = account.archived["expire"] if since is None else 0
         for tx in ledger.transactions(user.user_id):
             if not tx.folded:  # a folded row's amount is in the archived totals already
@@ -387,6 +456,8 @@ class _StageAccess:
                 per_job[tx.job_id][tx.type] += 1
                 if tx.type == "refund":
                     refunds[tx.job_id] = tx.amount
+                else:
+                    debits[tx.job_id] = tx.amount
         cutoff = user.swept_at or datetime.now(UTC)
         unexpired = sum(
             1
@@ -394,15 +465,24 @@ class _StageAccess:
             if grant.grant_id in user.short_grants and not grant.expired and grant.expires_at < cutoff
         )
         return LedgerView(
-            account.balance, api_balance, dict(totals), expired_since, per_job, refunds, unexpired
+            account.balance, api_balance, dict(totals), expired_since, per_job, refunds, unexpired, debits
         )
 
-    def dead_letters(self, job_ids: set[str]) -> set[str]:
+    def dead_letters(self, job_ids: set[str]) -> dict[str, DeadLetterState]:
+        """The entries of `job_ids` as the operator's list shows them: every one with what became
+        of it (the listing settles each against its row), then which the default list still shows
+        as open (what the console counts)."""
+        operator = self.target.operator()
+        kinds = list(self.target.queue_urls)
+        every = operator.dead_letters(kinds, include_resolved=True, limit=10_000)
+        still_open = {
+            status.entry.job_id
+            for status in operator.dead_letters(kinds, include_resolved=False, limit=10_000)
+        }
         return {
-            entry.job_id
-            for kind in self.target.queue_urls
-            for entry in list_dead_letters(self.directory.meta, kind, limit=10_000)
-            if entry.job_id in job_ids
+            status.entry.job_id: DeadLetterState(status.resolution.value, status.entry.job_id in still_open)
+            for status in every
+            if status.entry.job_id in job_ids
         }
 
     def spend_counted(self, since: datetime, zone_name: str) -> float:
@@ -443,9 +523,11 @@ class LocalSoakTarget:
         from aijobs_cli.local_stack import LocalStack
 
         # A spend cap no soak reaches: the brake counts every job's cost, which the soak checks.
-        self.config = load_stage_config("local", {"SPEND_DAILY_CAP_USD": "1000000", **(overrides or {})})
+        # Short tenant holds: the capped tenant's held jobs come back within the run.
+        defaults = {"SPEND_DAILY_CAP_USD": "1000000", "TENANT_HOLD_SECONDS": SOAK_TENANT_HOLD_SECONDS}
+        self.config = load_stage_config("local", {**defaults, **(overrides or {})})
         self.label = "local stack (functions in-process, moto in its own process; stage local)"
-        self.kinds = tuple(kind for kind in SOAK_KINDS if kind in self.config.queue_names)
+        self.kinds = tuple(kind for kind in (*SOAK_KINDS, WORKFLOW_KIND) if kind in self.config.queue_names)
         self.prices = self.config.prices
         self.max_attempts = self.config.max_retries + 1
         self.runs: ProviderRuns | None = ProviderRuns()
@@ -506,6 +588,9 @@ class LocalSoakTarget:
                 user.short_grants.append(ledger.grant(user_id, amount, expires))
                 user.short_expiry = expires
                 user.granted += amount
+            if index == CAPPED_USER:
+                self.access.directory.set_max_running(user_id, RUNNING_CAP)
+                user.running_cap = RUNNING_CAP
             users.append(user)
         return users
 
@@ -526,8 +611,17 @@ class LocalSoakTarget:
         api_balance = int(credits.body["balance"]) if credits.status == 200 else None
         return self.access.ledger(user, api_balance)
 
-    def dead_letters(self, job_ids: set[str]) -> set[str] | None:
+    def dead_letters(self, job_ids: set[str]) -> dict[str, DeadLetterState] | None:
         return self.access.dead_letters(job_ids)
+
+    def children(self, job: SoakJob) -> list[ChildState] | None:
+        return self.access.children(job)
+
+    def operator_api(self) -> Target | None:
+        return Target(stage="local", api_url=self.target.api_url, api_key=self.stack.admin_key)
+
+    def send_dead_letter(self, job: SoakJob) -> bool:
+        return self.access.send_copy(job, dead_letter_queue=True, moved_by_consumer=True)
 
     def messages_left(self) -> int | None:
         return self.access.messages_left()
@@ -566,6 +660,7 @@ class DeployedSoakTarget:
             "deployed: one user (the API key's); no grants are made, the balance check compares "
             "the balance before and after the run (valid only if nothing else uses the account)",
         ]
+        self.notes.append("deployed: no batch re-runs (the soak holds no operator key), no capped tenant")
         if self.access is None:
             self.notes.append(
                 "deployed without --stack: no injected copies, no cron fires, no ledger or DLQ checks"
@@ -620,8 +715,17 @@ class DeployedSoakTarget:
             return None
         return self.access.ledger(user, api_balance, since=self.started_at)
 
-    def dead_letters(self, job_ids: set[str]) -> set[str] | None:
+    def dead_letters(self, job_ids: set[str]) -> dict[str, DeadLetterState] | None:
         return self.access.dead_letters(job_ids) if self.access is not None else None
+
+    def children(self, job: SoakJob) -> list[ChildState] | None:
+        return self.access.children(job) if self.access is not None else None
+
+    def operator_api(self) -> Target | None:
+        return None  # the soak holds a tenant's key only: no batch re-runs against a deployed stage
+
+    def send_dead_letter(self, job: SoakJob) -> bool:
+        return False
 
     def messages_left(self) -> int | None:
         # A deployed stage has other traffic; its queues never need to be empty for the soak.
@@ -809,13 +913,26 @@ def plan_jobs(
     """The seeded mix: every fault at least once (when count allows), then weighted at random."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible mix, not a secret
     weights = [fault.weight for fault in FAULTS]
+    workflows = WORKFLOW_KIND in kinds
+    kinds = tuple(kind for kind in kinds if kind != WORKFLOW_KIND)  # a workflow takes prompts
     jobs = []
     for index in range(count):
         fault = FAULTS[index] if index < len(FAULTS) else rng.choices(FAULTS, weights)[0]
         kind = kinds[index % len(kinds)] if index < len(kinds) else rng.choice(kinds)
-        job = SoakJob(index=index, user_id="", kind=kind, fault=fault, price=prices.get(kind, 1))
+        if fault.name == BATCH_CANCELLED:
+            if not workflows:
+                fault = next(f for f in FAULTS if f.name == "cancelled")
+            else:
+                kind = WORKFLOW_KIND
+        price = prices.get(kind, 1)
+        if kind == WORKFLOW_KIND:  # at most its base and one child price per prompt
+            price += prices.get(WORKFLOW_CHILD_KIND, 1) * WORKFLOW_PARTS
+        job = SoakJob(index=index, user_id="", kind=kind, fault=fault, price=price)
         job.user_id = str(index % users)  # the user's index until users exist
-        if fault.expect == CANCELLED:
+        if fault.name == BATCH_CANCELLED:
+            # Before its split, between it and its children's calls, or while they run.
+            job.cancel_after = rng.uniform(0.0, 2.0)
+        elif fault.expect == CANCELLED:
             # Within the call's second: mid-call mostly (then charged), or while it still waits in
             # its batch behind others (then refunded).
             job.cancel_after = rng.uniform(0.0, 0.8)
@@ -879,19 +996,41 @@ def run_soak(
     cron: Counter[str] = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
 
-    cancels: Counter[int] = Counter()
     timers: list[threading.Timer] = []
+    resent_by_sweeper: list[str] = []
+    operator = target.operator_api()
+    # Answers of the batch re-runs (from their own thread during the run), for the loop to act on.
+    rerun_answers: list[tuple[bool, Any, Any]] = []
+    reruns: Counter[str] = Counter()
+
+    def rerun_round(final: bool) -> None:
+        """An operator's batch re-run of every soak kind's failed jobs (changed before now), page
+        by page; in the final round each page is counted by a dry run first."""
+        assert operator is not None
+        until = datetime.now(UTC).isoformat()
+        for kind in target.kinds:
+            for _page in range(1000):
+                body = {"kind": kind, "until": until, "limit": RERUN_PAGE}
+                dry = api.call(operator, "POST", "/admin/reruns", {**body, "dryRun": True}) if final else None
+                done = api.call(operator, "POST", "/admin/reruns", {**body, "dryRun": False})
+                with lock:
+                    rerun_answers.append((final, dry, done))
+                if done is None or done.status != 200 or done.body["matched"] < RERUN_PAGE:
+                    break
 
     def cancel(job: SoakJob) -> None:
         response = api.call(target.api(by_user[job.user_id]), "POST", f"/jobs/{job.job_id}/cancel")
         job.cancel_status = response.status if response is not None else 0
-        with lock:
-            cancels[job.cancel_status] += 1
 
     def submit(job: SoakJob) -> None:
         headers = {"Idempotency-Key": f"{job.user_id}-{job.index}"}
+        body: dict[str, Any]
         if job.kind == CLASSIFY:
             path, body, accepted_status = "/classify", {"text": TEXTS["summary"]}, 200
+        elif job.kind == WORKFLOW_KIND:
+            prompt = f"{job.fault.directive} {TEXTS[WORKFLOW_CHILD_KIND]}"
+            prompts = [f"{prompt}, view {n}" for n in range(WORKFLOW_PARTS)]
+            path, body, accepted_status = "/jobs", {"kind": job.kind, "input": {"prompts": prompts}}, 202
         else:
             words = f"{job.fault.directive} {TEXTS[job.kind]}".strip()
             path, body, accepted_status = "/jobs", {"kind": job.kind, "input": words}, 202
@@ -934,6 +1073,10 @@ def run_soak(
             thread.join()
         cron["errors"] += len(errors)
         examples["cron_errors"].extend(errors)
+        if expression == SWEEPER:
+            for result in results:
+                if result is not None and result.get("status") == "ok":
+                    resent_by_sweeper.extend(result.get("result", {}).get("resentJobs", []))
         if results[0] is None and results[1] is None and not errors:
             return  # the target cannot fire crons
         cron["pairs"] += 1
@@ -984,11 +1127,49 @@ def run_soak(
     finished: set[str] = set()
     pending_early: set[str] = set()
 
+    by_id: dict[str, SoakJob] = {}
+    rerun_thread: threading.Thread | None = None
+    final_rerun_done = operator is None
+
+    def take_reruns() -> None:
+        """Act on the re-runs' answers: check them, put the re-run jobs back in play, and send a
+        late copy of each one's old dead letter (it must be acknowledged as stray)."""
+        with lock:
+            answers = list(rerun_answers)
+            rerun_answers.clear()
+        for final, dry, done in answers:
+            if done is None or done.status != 200:
+                status = "no answer" if done is None else f"{done.status} {done.body}"
+                examples["rerun_mismatches"].append(f"batch re-run answered {status}")
+                continue
+            reruns["pages"] += 1
+            if final and (dry is None or dry.status != 200 or dry.body["matched"] != done.body["matched"]):
+                counted = None if dry is None else dry.body.get("matched")
+                took = done.body["matched"]
+                examples["rerun_mismatches"].append(f"dry run counted {counted}, re-run took {took}")
+            for job_id in done.body["rerun"]:
+                job = by_id.get(job_id)
+                if job is None:
+                    continue  # an older run's job (moto's state outlives a stack in one process)
+                reruns["jobs"] += 1
+                job.reruns += 1
+                if job.last_error_class == CANCELLED:
+                    examples["rerun_mismatches"].append(f"{job_id}: re-ran a job its owner cancelled")
+                if job.dead_lettered and target.send_dead_letter(job):
+                    injected["dead_letter_queue_after_rerun"] += 1
+                finished.discard(job_id)
+
     last_line, next_say = "", started
     while time.monotonic() < deadline:
         now = time.monotonic()
         with lock:
             current = list(accepted)
+        for job in current:
+            by_id.setdefault(job.job_id, job)
+        take_reruns()
+        if operator is not None and rerun_thread is None and len(current) >= len(plan) // 2 and finished:
+            rerun_thread = threading.Thread(target=rerun_round, args=(False,), name="soak-rerun", daemon=True)
+            rerun_thread.start()
         for job in current:
             if (
                 job.early_copy is not None
@@ -1009,7 +1190,8 @@ def run_soak(
                 if job.job_id in finished or row is None or row.status not in (SUCCEEDED, FAILED_FINAL):
                     continue
                 finished.add(job.job_id)
-                job.cost = row.cost
+                job.cost, job.status, job.last_error_class = row.cost, row.status, row.last_error_class
+                job.dead_lettered = row.dead_lettered
                 job.finished_at = last_finished = time.monotonic()
                 if job.late_copy and target.send_copy(job, dead_letter_queue=False):
                     injected["main_queue_late"] += 1
@@ -1024,10 +1206,19 @@ def run_soak(
             next_poll = time.monotonic() + 2.0
         with lock:
             all_done = fed.is_set() and all(f.done() for f in futures)
-        if all_done and len(finished) == len(accepted):
-            break
+        idle = rerun_thread is None or not rerun_thread.is_alive()
+        if all_done and idle and not rerun_answers and len(finished) == len(accepted):
+            if final_rerun_done:
+                break
+            say("  every job finished: a final batch re-run of the failed ones")
+            rerun_round(final=True)
+            final_rerun_done = True
+            continue
         time.sleep(0.1)
     halt.set()
+    if rerun_thread is not None:
+        rerun_thread.join(timeout=60)
+    take_reruns()
     if feeder is not None:
         feeder.join()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -1063,7 +1254,10 @@ def run_soak(
         else:
             job.status, job.attempts, job.dead_lettered = row.status, row.attempts, row.dead_lettered
             job.cost, job.last_error_class = row.cost, row.last_error_class
-            job.usage_recorded = row.usage_recorded
+            job.usage_recorded, job.reserved = row.usage_recorded, row.price
+            job.charge_waived = row.charge_waived
+            if job.kind == WORKFLOW_KIND:
+                job.children = target.children(job) or []
     invariants: dict[str, int | None] = dict.fromkeys(INVARIANTS, 0)
 
     def violate(name: str, what: str) -> None:
@@ -1086,19 +1280,21 @@ def run_soak(
         for job in accepted:
             if job.kind == CLASSIFY:
                 continue  # the API's own provider call, not a consumer's: not observed
-            successes = runs.successes[job.job_id]
-            if successes > 1:
-                violate(
-                    "provider_successes_over_one", f"{job.job_id} ({job.kind}, {job.fault.name}): {successes}"
-                )
-            if job.status == SUCCEEDED and successes == 0:
-                violate("succeeded_without_provider_success", f"{job.job_id} ({job.kind}, {job.fault.name})")
-            if successes and not (job.status == SUCCEEDED and job.usage_recorded):
-                violate(
-                    "model_calls_unrecorded",
-                    f"{job.job_id} ({job.kind}, {job.fault.name}): {job.outcome}, usage recorded "
-                    f"{job.usage_recorded}",
-                )
+            # A workflow parent calls no model: its children do, each a job of its own.
+            called = (
+                [(child.job_id, child.status, child.usage_recorded) for child in job.children]
+                if job.kind == WORKFLOW_KIND
+                else [(job.job_id, job.status, job.usage_recorded)]
+            )
+            for job_id, status, usage_recorded in called:
+                what = f"{job_id} ({job.kind}, {job.fault.name})"
+                successes = runs.successes[job_id]
+                if successes > 1:
+                    violate("provider_successes_over_one", f"{what}: {successes}")
+                if status == SUCCEEDED and successes == 0:
+                    violate("succeeded_without_provider_success", what)
+                if successes and not (status == SUCCEEDED and usage_recorded):
+                    violate("model_calls_unrecorded", f"{what}: {status}, usage recorded {usage_recorded}")
         _check_spend(target, accepted, runs, window_start, violate, invariants)
     else:
         invariants["provider_successes_over_one"] = None
@@ -1108,40 +1304,62 @@ def run_soak(
     for job in accepted:
         if job.cancel_status is not None and job.cancel_status not in (200, 202, 409):
             violate("cancels_refused", f"{job.job_id}: cancel answered {job.cancel_status}")
+    for line in examples.pop("rerun_mismatches", []):
+        violate("rerun_mismatches", line)
+    capped = {user.user_id for user in people if user.running_cap is not None}
+    for job_id in resent_by_sweeper:
+        resent = by_id.get(job_id)
+        if resent is not None and resent.user_id in capped:
+            violate("held_rows_resent", f"{job_id} ({resent.kind}, {resent.fault.name}) of the capped tenant")
     invariants["api_5xx"] = sum(n for status, n in api.statuses.items() if status >= 500 or status == 0)
     examples["api_5xx"] = api.errors[:20]
     invariants["api_rejections"] = len(examples["api_rejections"])
     invariants["cron_errors"] = cron["errors"]
     _check_ledgers(target, people, accepted, invariants, violate)
-    outage = {job.job_id for job in accepted if job.fault.expect == DEAD_LETTERED}
     entries = target.dead_letters({job.job_id for job in accepted})
     if entries is None:
         invariants["dead_letter_mismatches"] = None
     else:
-        for job_id in sorted(entries - outage):
-            violate("dead_letter_mismatches", f"{job_id}: a DLQ entry for a job that must not have one")
-        for job_id in sorted(outage - entries):
-            violate("dead_letter_mismatches", f"{job_id}: an outage job without a DLQ entry")
+        _check_dead_letters(accepted, entries, violate)
 
     elapsed = max(finish_line - started, 1e-6)
     outcomes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for job in plan:
         outcomes[job.fault.name][(job.outcome or ("not accepted" if not job.job_id else "unfinished"))] += 1
+    plain = [job for job in accepted if job.kind != WORKFLOW_KIND]
     figures: dict[str, Any] = {
         "jobs_planned": jobs,
         "jobs_accepted": sum(1 for job in accepted if job.kind != CLASSIFY),
         "retries": sum(max(0, job.attempts - 1) for job in accepted),
         "dead_letter_entries": len(entries) if entries is not None else None,
+        "dead_letter_entries_open": (
+            sum(1 for entry in entries.values() if entry.listed_open) if entries is not None else None
+        ),
+        "batch_rerun_pages": reruns["pages"],
+        "jobs_rerun": reruns["jobs"],
+        "rerun_jobs_succeeded": sum(1 for job in accepted if job.reruns and job.status == SUCCEEDED),
+        "copies_on_dead_letter_queues_after_rerun": injected["dead_letter_queue_after_rerun"],
+        "capped_tenant_jobs": sum(1 for job in accepted if job.user_id in capped),
+        "sweeper_resends": len(resent_by_sweeper),
+        "workflow_children": sum(len(job.children) for job in accepted),
+        "workflow_children_succeeded": sum(
+            1 for job in accepted for child in job.children if child.status == SUCCEEDED
+        ),
         "copies_on_main_queues": injected["main_queue_early"] + injected["main_queue_late"],
         "copies_on_main_queues_in_flight": injected["main_queue_early"],
         "copies_on_main_queues_after_finish": injected["main_queue_late"],
         "copies_on_dead_letter_queues": injected["dead_letter_queue"],
-        "cancels": {str(status): n for status, n in sorted(cancels.items())},
+        # Of plain jobs (a workflow's cancel is counted apart: its children are charged one by one).
+        "cancels": dict(sorted(Counter(str(j.cancel_status) for j in plain if j.cancel_status).items())),
         "classify_calls": sum(1 for job in accepted if job.kind == CLASSIFY),
-        "cancelled_jobs": sum(1 for job in accepted if job.outcome == CANCELLED),
+        "cancelled_jobs": sum(1 for job in plain if job.outcome == CANCELLED),
         "cancelled_mid_call_and_charged": sum(
-            1 for job in accepted if job.cancel_status == 202 and job.status == SUCCEEDED
+            1 for job in plain if job.cancel_status == 202 and job.status == SUCCEEDED
         ),
+        "workflow_cancels": dict(
+            sorted(Counter(str(j.cancel_status) for j in accepted if j.kind == WORKFLOW_KIND).items())
+        ),
+        "workflows_cancelled": sum(1 for j in accepted if j.kind == WORKFLOW_KIND and j.outcome == CANCELLED),
         "cron_double_fires": cron["pairs"],
         "cron_double_fires_both_ran": cron["pairs_both_ran"],
         "short_grants": sum(len(user.short_grants) for user in people),
@@ -1248,8 +1466,12 @@ def _check_spend(
     if counted is None:
         invariants["spend_mismatches"] = None
         return
-    reported = sum(runs.costs[job.job_id] for job in accepted)
-    on_rows = sum(job.cost or 0.0 for job in accepted if job.status == SUCCEEDED)
+    reported = sum(runs.costs[job.job_id] for job in accepted) + sum(
+        runs.costs[child.job_id] for job in accepted for child in job.children
+    )
+    on_rows = sum(job.cost or 0.0 for job in accepted if job.status == SUCCEEDED) + sum(
+        child.cost or 0.0 for job in accepted for child in job.children if child.status == SUCCEEDED
+    )
     if not (abs(counted - reported) < 1e-6 and abs(on_rows - reported) < 1e-6):
         violate(
             "spend_mismatches",
@@ -1274,13 +1496,14 @@ def _check_ledgers(
     jobs_of: dict[str, list[SoakJob]] = defaultdict(list)
     for job in accepted:
         jobs_of[job.user_id].append(job)
+    child_price = target.prices.get(WORKFLOW_CHILD_KIND, 0)
     for user in people:
         view = views[user.user_id]
         assert view is not None
         totals = Counter(view.totals)
         # Grants made (locally) or the balance at the start (deployed), minus what expired since,
         # minus the price of every job that was not refunded.
-        kept = sum(job.price for job in jobs_of[user.user_id] if job.status != FAILED_FINAL)
+        kept = sum(_charge_due(job, child_price) for job in jobs_of[user.user_id])
         expected = user.granted - view.expired_since - kept
         internal = totals["grant"] - totals["debit"] + totals["refund"] - totals["expire"]
         problems = []
@@ -1300,21 +1523,60 @@ def _check_ledgers(
             violate("grants_not_expired", f"user {user.user_id}: a grant due before the final round")
         for job in jobs_of[user.user_id]:
             counts = view.per_job.get(job.job_id, Counter())
-            refund_due = 1 if job.status == FAILED_FINAL else 0
-            if job.status == SUCCEEDED and (counts["debit"] != 1 or counts["refund"]):
+            debited = view.debit_amounts.get(job.job_id, 0)
+            refunded = view.refund_amounts.get(job.job_id, 0) if counts["refund"] else 0
+            due = _charge_due(job, child_price)
+            what = f"{job.job_id} ({job.fault.name}, {job.outcome})"
+            if debited - refunded < due:
                 violate(
                     "results_not_charged",
-                    f"{job.job_id} ({job.fault.name}): {counts['debit']} debit(s), "
-                    f"{counts['refund']} refund(s)",
+                    f"{what}: charged {debited - refunded} ({counts['debit']} debit(s) of {debited}, "
+                    f"{counts['refund']} refund(s) of {refunded}), due {due}",
                 )
-            if counts["debit"] != 1 or counts["refund"] != refund_due:
+            refund_due = 1 if debited > due else 0
+            if counts["debit"] != 1 or counts["refund"] != refund_due or debited - refunded != due:
                 violate(
                     "ledger_errors_per_job",
-                    f"{job.job_id} ({job.fault.name}, {job.status}): "
-                    f"{counts['debit']} debit(s), {counts['refund']} refund(s)",
+                    f"{what}: {counts['debit']} debit(s) of {debited}, {counts['refund']} refund(s) of "
+                    f"{refunded}, due {due}",
                 )
-            elif refund_due and view.refund_amounts.get(job.job_id) != job.price:
-                violate(
-                    "ledger_errors_per_job",
-                    f"{job.job_id}: refund of {view.refund_amounts.get(job.job_id)}, price {job.price}",
-                )
+
+
+def _charge_due(job: SoakJob, child_price: int) -> int:
+    """What the tenant must have paid for `job` in the end (README "Credits"): its price if it
+    succeeded, nothing if it failed for good or was cancelled before it ran, nothing more for an
+    operator's re-run on the house (`charge_waived`: its price was refunded when it died), and for
+    a workflow its child kind's price per child that succeeded (plus its own base if it merged)."""
+    reserved = job.reserved if job.reserved is not None else job.price
+    if job.charge_waived:
+        return 0
+    if job.kind == WORKFLOW_KIND:
+        succeeded = sum(1 for child in job.children if child.status == SUCCEEDED)
+        base = reserved - child_price * WORKFLOW_PARTS
+        return child_price * succeeded + (base if job.status == SUCCEEDED else 0)
+    return reserved if job.status == SUCCEEDED else 0
+
+
+def _check_dead_letters(
+    accepted: list[SoakJob], entries: Mapping[str, DeadLetterState], violate: Callable[[str, str], None]
+) -> None:
+    """Each entry as operators see it must say what its row says: the jobs dead now are open (and
+    counted), the ones re-run since and succeeded are resolved; no other job has one."""
+    for job in accepted:
+        entry = entries.get(job.job_id)
+        label = f"{job.job_id} ({job.kind}, {job.fault.name}, {job.outcome})"
+        ever_dead = job.fault.name in ("outage-503", "outage-rerun")
+        if entry is None:
+            if ever_dead:
+                violate("dead_letter_mismatches", f"{label}: dead-lettered, but no entry")
+            continue
+        if not ever_dead:
+            violate("dead_letter_mismatches", f"{label}: an entry for a job that was never dead")
+            continue
+        expected = {DEAD_LETTERED: "open", SUCCEEDED: "succeeded"}.get(job.outcome or "")
+        if entry.resolution != expected or entry.listed_open != (expected == "open"):
+            violate(
+                "dead_letter_mismatches",
+                f"{label}: entry {entry.resolution} ({'listed' if entry.listed_open else 'not listed'} "
+                f"as open), expected {expected}",
+            )

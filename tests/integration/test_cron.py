@@ -287,6 +287,10 @@ def test_a_held_job_is_left_alone_until_its_hold_is_overdue(stage: Stage) -> Non
     store = stage.store_for("alice")
     assert store.hold(JobKey("alice", job.job_id, "summary"), now=now, until=now + 2 * ctx.stuck_after)
     stage.clock.advance(ctx.stuck_after.total_seconds() + 1)
-    assert run_sweeper(SWEEP, ctx)["actions"] == {"summary:not_due": 1}
+    held = run_sweeper(SWEEP, ctx)
+    assert held["actions"] == {"summary:not_due": 1}
+    assert held["resentJobs"] == []
     stage.clock.advance(2 * ctx.stuck_after.total_seconds())
-    assert run_sweeper(SWEEP, ctx)["actions"] == {"summary:resent": 1}  # the copy was lost after all
+    lost = run_sweeper(SWEEP, ctx)
+    assert lost["actions"] == {"summary:resent": 1}  # the copy was lost after all
+    assert lost["resentJobs"] == [job.job_id]  # named, so a held row re-sent can be told apart

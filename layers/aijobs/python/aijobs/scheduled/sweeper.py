@@ -34,12 +34,16 @@ NEVER_DELIVERED = "never_delivered"
 SWEEP_LIMIT = 100
 BUDGET_SPENT = "attempt budget spent (found by the sweeper)"
 NOT_DUE = "not_due"
+RESENT = "resent"
 
 
 def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     now = ctx.clock()
     actions: Counter[str] = Counter()
     resent = 0
+    # The jobs re-sent as lost (`_sweep_stale`): a duplicate message each, so operators (and the
+    # chaos soak, which checks no held row is among them) can tell which.
+    resent_jobs: list[str] = []
     for index in ctx.directory.active_shards():
         store = ctx.directory.job_store(ctx.directory.shard_tables[index], ctx.clock)
         for kind in ctx.kinds:
@@ -49,7 +53,10 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
             for status in (JobStatus.QUEUED, JobStatus.FAILED_RETRYABLE):
                 stale = store.query_kind_status(kind, status, before=now - ctx.stuck_after, limit=SWEEP_LIMIT)
                 for job in stale:
-                    actions[f"{kind}:{_sweep_stale(store, ctx, job)}"] += 1
+                    action = _sweep_stale(store, ctx, job)
+                    actions[f"{kind}:{action}"] += 1
+                    if action == RESENT:
+                        resent_jobs.append(job.job_id)
         for job in store.query_kind_status(CLASSIFY, JobStatus.RUNNING, before=now, limit=SWEEP_LIMIT):
             if job.lease_expires_at is not None and job.lease_expires_at < now:
                 message = "the call's function ended before it was settled (found by the sweeper): refunded"
@@ -62,7 +69,12 @@ def run_sweeper(run: CronRun, ctx: CronContext) -> dict[str, Any]:
         kind, action = key.split(":", 1)
         if action not in ("skipped", NOT_DUE):
             emit(METRIC_SWEPT, kind=kind, value=count, action=action)
-    result = {"cron": run.expression, "actions": dict(actions), "webhooksResent": resent}
+    result = {
+        "cron": run.expression,
+        "actions": dict(actions),
+        "resentJobs": resent_jobs,
+        "webhooksResent": resent,
+    }
     logger.info("sweeper result", extra=result)
     return result
 
@@ -100,7 +112,7 @@ def _sweep_stale(store: JobStore, ctx: CronContext, job: Job) -> str:
     if not store.touch(job, now=now):
         return "skipped"
     _send(ctx, job)
-    return "resent"
+    return RESENT
 
 
 def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str, message: str) -> str:
