@@ -831,6 +831,12 @@ def test_client_request_token_is_per_step_rerun_and_model() -> None:
         call(VIDEO_MODEL, reruns=2)
     )
     assert base != client_request_token(call("us.luma.ray-v2:0"))  # a fallback model starts its own
+    # After a task ended Failed the retry starts a new one: a new token (the old one would get the
+    # dead invocation back), kept by that task's own retries after a lost start answer.
+    after_one = client_request_token(call(VIDEO_MODEL, tasks=1))
+    assert after_one not in (base, client_request_token(call(VIDEO_MODEL, tasks=2)))
+    assert after_one == client_request_token(call(VIDEO_MODEL, tasks=1, attempt=4))
+    assert after_one != client_request_token(call(VIDEO_MODEL, tasks=1, reruns=1))
     assert base != client_request_token(Call(job_id="other", model=VIDEO_MODEL))
     # The API takes 1-256 printable ASCII characters, whatever the step is called.
     for token in (base, client_request_token(call(VIDEO_MODEL, step="ünïcode step " * 40))):

@@ -69,6 +69,7 @@ class Step:
     checks: int = 0
     handle: str | None = None
     reruns: int = 0
+    tasks: int = 0
 
     def call(self, model: str | None = None) -> Call:
         return Call(
@@ -79,6 +80,7 @@ class Step:
             checks=self.checks,
             handle=self.handle,
             reruns=self.reruns,
+            tasks=self.tasks,
         )
 
 

@@ -50,6 +50,9 @@ class Call(_Port):
     handle: str | None = None
     # How many times an operator re-ran the job (a re-run usually follows a fix).
     reruns: int = 0
+    # How many of the step's asynchronous tasks already ended `Failed`: a retry after one starts a
+    # new task, which needs its own idempotency token.
+    tasks: int = 0
 
     @property
     def idempotency_key(self) -> str:

@@ -85,14 +85,19 @@ def client_config(*, connect_timeout: float = 5, read_timeout: float = 50) -> Co
 
 
 def client_request_token(call: Call) -> str:
-    """The StartAsyncInvoke idempotency token of a job step: the same on every attempt.
+    """The StartAsyncInvoke idempotency token of a job step's task: the same on every attempt
+    until the task ends `Failed`.
 
-    Derived from `jobId:step` (plus the re-run count, so an operator's re-run after a failed video
-    starts a new one instead of getting the failed invocation back, and the model, so a fallback
-    model starts its own). Hashed because the token must be 1-256 printable ASCII characters
-    whatever the step is called.
+    Derived from `jobId:step`, plus the re-run count (an operator's re-run after a failed video
+    starts a new one instead of getting the failed invocation back), plus the count of the step's
+    tasks that ended Failed (a retry after one starts a new task; with the old token Bedrock would
+    answer with the dead invocation), plus the model (a fallback model starts its own). A retry
+    after a lost start answer keeps all of them, so it gets the invocation already started.
+    Hashed because the token must be 1-256 printable ASCII characters whatever the step is called.
     """
     key = call.idempotency_key if call.reruns == 0 else f"{call.idempotency_key}:rerun{call.reruns}"
+    if call.tasks:
+        key = f"{key}:task{call.tasks}"
     return "aijobs-" + hashlib.sha256(f"{key}:{call.model}".encode()).hexdigest()
 
 
