@@ -374,4 +374,9 @@ def _shape_embedding(result: EmbeddingResult, value: KindInput) -> Any:
 
 
 def _shape_images(result: ImageResult, options: Any) -> Any:
-    return {"images": len(result.images), "aspectRatio": cast(ImageOptions, options).aspectRatio}
+    ratio = cast(ImageOptions, options).aspectRatio
+    output: dict[str, Any] = {"images": len(result.images), "aspectRatio": ratio}
+    if result.blocked:
+        # Some images were blocked by the provider's content filter; the job keeps the others.
+        output |= {"blocked": result.blocked, "blockedReason": result.blocked_reason}
+    return output

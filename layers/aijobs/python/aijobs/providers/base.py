@@ -126,6 +126,10 @@ class Artifact(_Port):
 
 class ImageResult(_Answer):
     images: tuple[Artifact, ...]
+    # Images of the request that the provider's content filter blocked (the others are `images`),
+    # and the provider's reason for the first of them.
+    blocked: int = 0
+    blocked_reason: str | None = None
 
 
 class SpeechRequest(_Port):
