@@ -84,6 +84,9 @@ def test_options_are_the_kinds_model() -> None:
         run(_kind(), Scripted(), _step(_kind(), target="French"))
     with pytest.raises(InvalidInputError, match="unknown"):
         run(_kind(), Scripted(), _step(_kind(), unknown=1))
+    # The consumer reads them with the model the API checked them with: strict JSON types.
+    with pytest.raises(InvalidInputError, match="maxTokens"):
+        run(_kind(), Scripted(), _step(_kind(), maxTokens="300"))
 
 
 @pytest.mark.parametrize(
