@@ -716,11 +716,46 @@ def test_a_refused_image_is_the_prompts_fault(provider: BedrockProvider, stub: S
     assert "Filter reason: prompt" in str(raised.value)
 
 
-def test_a_refusal_of_a_later_image_fails_the_whole_request(provider: BedrockProvider, stub: Stubber) -> None:
-    stub.add_response("invoke_model", stability_answer(PNG))
+def test_a_blocked_image_among_several_keeps_the_others_and_reports_the_block(
+    provider: BedrockProvider, stub: Stubber
+) -> None:
+    # The images made before and after the blocked one were paid for: they are the job's result.
+    first, third = PNG + b"one", PNG + b"three"
+    stub.add_response("invoke_model", stability_answer(first))
     stub.add_response("invoke_model", stability_answer(PNG, reasons=["Filter reason: output image"]))
-    with pytest.raises(InvalidInputError):
+    stub.add_response("invoke_model", stability_answer(third))
+    result = provider.generate_image(image_request(count=3))
+    assert [artifact.data for artifact in result.images] == [first, third]
+    assert [artifact.name for artifact in result.images] == ["image-1.png", "image-2.png"]
+    assert (result.blocked, result.blocked_reason) == (1, "Filter reason: output image")
+    assert result.usage == {"images": 2}
+
+
+def test_a_prompt_refused_after_an_image_keeps_it_and_stops_calling(
+    provider: BedrockProvider, stub: Stubber, sent: list[str]
+) -> None:
+    # A refused prompt is refused on every later call too: no more paid calls, the survivor kept.
+    stub.add_response("invoke_model", stability_answer(PNG))
+    stub.add_response("invoke_model", stability_answer(reasons=["Filter reason: prompt"]))
+    result = provider.generate_image(image_request(count=4))
+    assert [artifact.data for artifact in result.images] == [PNG]
+    assert (result.blocked, result.blocked_reason) == (3, "Filter reason: prompt")
+    assert sent == ["InvokeModel", "InvokeModel"]
+
+
+def test_every_image_blocked_is_the_prompts_fault(provider: BedrockProvider, stub: Stubber) -> None:
+    for _ in range(2):
+        stub.add_response("invoke_model", stability_answer(reasons=["Filter reason: output image"]))
+    with pytest.raises(InvalidInputError) as raised:
         provider.generate_image(image_request(count=2))
+    assert "Filter reason: output image" in str(raised.value)
+
+
+def test_an_inference_error_is_transient(provider: BedrockProvider, stub: Stubber) -> None:
+    # Not a filter: the model failed, and a later attempt may well succeed.
+    stub.add_response("invoke_model", stability_answer(reasons=["Inference error"]))
+    with pytest.raises(TransientProviderError):
+        provider.generate_image(image_request())
 
 
 @pytest.mark.parametrize(
@@ -831,6 +866,12 @@ def test_client_request_token_is_per_step_rerun_and_model() -> None:
         call(VIDEO_MODEL, reruns=2)
     )
     assert base != client_request_token(call("us.luma.ray-v2:0"))  # a fallback model starts its own
+    # After a task ended Failed the retry starts a new one: a new token (the old one would get the
+    # dead invocation back), kept by that task's own retries after a lost start answer.
+    after_one = client_request_token(call(VIDEO_MODEL, tasks=1))
+    assert after_one not in (base, client_request_token(call(VIDEO_MODEL, tasks=2)))
+    assert after_one == client_request_token(call(VIDEO_MODEL, tasks=1, attempt=4))
+    assert after_one != client_request_token(call(VIDEO_MODEL, tasks=1, reruns=1))
     assert base != client_request_token(Call(job_id="other", model=VIDEO_MODEL))
     # The API takes 1-256 printable ASCII characters, whatever the step is called.
     for token in (base, client_request_token(call(VIDEO_MODEL, step="ünïcode step " * 40))):

@@ -13,7 +13,7 @@ from aijobs.errors import InputTooLargeError, InvalidInputError, InvalidOutputEr
 from aijobs.kinds.base import Inputs, Kind, TextOptions
 from aijobs.kinds.registry import declared, require
 from aijobs.kinds.run import Step, check_input, run
-from aijobs.providers.base import TextRequest, TextResult
+from aijobs.providers.base import ImageRequest, ImageResult, TextRequest, TextResult
 from aijobs.providers.local import LocalProvider
 from aijobs.providers.polly import PollyProvider
 
@@ -84,6 +84,9 @@ def test_options_are_the_kinds_model() -> None:
         run(_kind(), Scripted(), _step(_kind(), target="French"))
     with pytest.raises(InvalidInputError, match="unknown"):
         run(_kind(), Scripted(), _step(_kind(), unknown=1))
+    # The consumer reads them with the model the API checked them with: strict JSON types.
+    with pytest.raises(InvalidInputError, match="maxTokens"):
+        run(_kind(), Scripted(), _step(_kind(), maxTokens="300"))
 
 
 @pytest.mark.parametrize(
@@ -160,3 +163,23 @@ def test_the_local_provider_answers_every_shipped_output_model_validly() -> None
 def test_a_provider_without_the_capability_is_a_set_up_error() -> None:
     with pytest.raises(ProviderAuthError, match="does not offer the text capability"):
         run(_kind(), PollyProvider(bucket="b"), _step(_kind()))
+
+
+def test_images_blocked_by_the_content_filter_are_reported_beside_the_ones_kept() -> None:
+    class PartlyBlocked(LocalProvider):
+        def generate_image(self, request: ImageRequest) -> ImageResult:
+            made = super().generate_image(request.model_copy(update={"count": 1}))
+            return made.model_copy(update={"blocked": 2, "blocked_reason": "Filter reason: output image"})
+
+    kind = require("image-generate")
+    value = check_input(kind, "a lighthouse")
+    step = Step(job_id="j", input=value, options={"count": 3}, model="local-image-1")
+    result = run(kind, PartlyBlocked(), step)
+    assert result.status == "succeeded"
+    assert len(result.artifacts) == 1
+    assert result.output == {
+        "images": 1,
+        "aspectRatio": "1:1",
+        "blocked": 2,
+        "blockedReason": "Filter reason: output image",
+    }

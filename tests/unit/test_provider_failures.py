@@ -378,3 +378,12 @@ def test_task_failure_rows(reason: str | None, expected: type[ProviderError]) ->
     error = aws_task_failure(reason, service="Bedrock video")
     assert type(error) is expected
     assert str(error).startswith("Bedrock video task failed: ")
+    # The task is over whatever the cause: a retry must start a new one, not check it again.
+    assert error.task_ended
+
+
+def test_a_failed_call_is_not_an_ended_task() -> None:
+    # A throttled or failed start or check says nothing about the task: its handle is kept.
+    error = mapped(bedrock_error("ThrottlingException", "Too many requests", 429))
+    assert error.retryable
+    assert not error.task_ended

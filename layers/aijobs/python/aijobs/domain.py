@@ -60,6 +60,9 @@ class Job(BaseModel):
     awaiting_provider: bool = False
     provider_checks: int = 0
     provider_handle: str | None = None
+    # How many of the job's asynchronous provider tasks ended `Failed` (each retry after one starts
+    # a new task, with its own idempotency token: aijobs.providers.bedrock.client_request_token).
+    provider_tasks: int = 0
     # The id the pending re-check message carries; cleared when that message claims the job.
     recheck_id: str | None = None
     # When a failed attempt may be retried (back-off, Retry-After): nobody runs it earlier.

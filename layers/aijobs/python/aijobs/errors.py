@@ -26,6 +26,10 @@ class ProviderError(AijobsError):
 
     error_class = "provider_error"
     retryable = False
+    # True on the error of an asynchronous provider task that ended without a result (Bedrock
+    # async invoke or a Polly task `Failed`): the task is gone, so a retry must start a new one
+    # instead of checking the dead one again (set by aijobs.providers.failures.aws_task_failure).
+    task_ended = False
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)

@@ -525,14 +525,22 @@ class Consumer:
                 self._model_alert(error)
             return
         if job.attempts >= self.max_attempts:
-            store.fail_retryable(job, now=now, error_class=error_class, message=str(error))
+            store.fail_retryable(
+                job, now=now, error_class=error_class, message=str(error), task_ended=error.task_ended
+            )
             self._dead_letter(record, job, "attempt budget spent")
             return
         delay = self.policy.delay_seconds(error, job.attempts)
         # The row remembers when the retry is due, so a duplicate or a sweeper re-send cannot run
         # it before the back-off or the provider's Retry-After.
         store.fail_retryable(
-            job, now=now, error_class=error_class, message=str(error), retry_at=now + timedelta(seconds=delay)
+            job,
+            now=now,
+            error_class=error_class,
+            message=str(error),
+            retry_at=now + timedelta(seconds=delay),
+            # A provider task that ended Failed is dead: the retry starts a new one.
+            task_ended=error.task_ended,
         )
         self.queues.retry_later(job.kind, record.receipt_handle, delay)
         emit(METRIC_RETRIED, kind=job.kind, error_class=error_class)

@@ -76,6 +76,7 @@ class JobContext:
             checks=self.job.provider_checks,
             handle=self.job.provider_handle,
             reruns=self.job.reruns,
+            tasks=self.job.provider_tasks,
         )
 
 

@@ -38,9 +38,14 @@ def check_kind_name(name: str) -> None:
 
 
 class KindOptions(BaseModel):
-    """Base of every kind's options (`options` at `POST /jobs`): unknown options are refused."""
+    """Base of every kind's options (`options` at `POST /jobs`), checked at submit (a 422 naming
+    the option) and read with the same model in the consumer.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    Unknown options are refused, and values are taken as JSON types without coercion (`strict`):
+    `"3"`, `true` or `3.5` is no integer, `"no"` no boolean (an integer is still a number).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, strict=True)
 
 
 class TextOptions(KindOptions):

@@ -69,6 +69,7 @@ class Step:
     checks: int = 0
     handle: str | None = None
     reruns: int = 0
+    tasks: int = 0
 
     def call(self, model: str | None = None) -> Call:
         return Call(
@@ -79,6 +80,7 @@ class Step:
             checks=self.checks,
             handle=self.handle,
             reruns=self.reruns,
+            tasks=self.tasks,
         )
 
 
@@ -372,4 +374,9 @@ def _shape_embedding(result: EmbeddingResult, value: KindInput) -> Any:
 
 
 def _shape_images(result: ImageResult, options: Any) -> Any:
-    return {"images": len(result.images), "aspectRatio": cast(ImageOptions, options).aspectRatio}
+    ratio = cast(ImageOptions, options).aspectRatio
+    output: dict[str, Any] = {"images": len(result.images), "aspectRatio": ratio}
+    if result.blocked:
+        # Some images were blocked by the provider's content filter; the job keeps the others.
+        output |= {"blocked": result.blocked, "blockedReason": result.blocked_reason}
+    return output

@@ -50,6 +50,9 @@ class Call(_Port):
     handle: str | None = None
     # How many times an operator re-ran the job (a re-run usually follows a fix).
     reruns: int = 0
+    # How many of the step's asynchronous tasks already ended `Failed`: a retry after one starts a
+    # new task, which needs its own idempotency token.
+    tasks: int = 0
 
     @property
     def idempotency_key(self) -> str:
@@ -123,6 +126,10 @@ class Artifact(_Port):
 
 class ImageResult(_Answer):
     images: tuple[Artifact, ...]
+    # Images of the request that the provider's content filter blocked (the others are `images`),
+    # and the provider's reason for the first of them.
+    blocked: int = 0
+    blocked_reason: str | None = None
 
 
 class SpeechRequest(_Port):

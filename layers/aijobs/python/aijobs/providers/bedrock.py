@@ -55,6 +55,10 @@ _EMBED_DIMENSIONS = (256, 512, 1024)
 _MAX_STABILITY_PROMPT = 10_000
 _STABILITY_MAX_SEED = 4_294_967_294
 _STABILITY_RATIOS = frozenset({"16:9", "1:1", "21:9", "2:3", "3:2", "4:5", "5:4", "9:16", "9:21"})
+# Stability AI's `finish_reasons` (null: the image was made): a blocked output image is that
+# image's alone; a refused prompt or input image is refused on every call of the request.
+_STABILITY_OUTPUT_BLOCKED = "Filter reason: output image"
+_STABILITY_MODEL_ERROR = "Inference error"
 _LUMA_RATIOS = frozenset({"1:1", "16:9", "9:16", "4:3", "3:4", "21:9", "9:21"})
 _LUMA_SECONDS = (5, 9)
 _LUMA_RESOLUTIONS = ("720p", "540p")
@@ -85,14 +89,19 @@ def client_config(*, connect_timeout: float = 5, read_timeout: float = 50) -> Co
 
 
 def client_request_token(call: Call) -> str:
-    """The StartAsyncInvoke idempotency token of a job step: the same on every attempt.
+    """The StartAsyncInvoke idempotency token of a job step's task: the same on every attempt
+    until the task ends `Failed`.
 
-    Derived from `jobId:step` (plus the re-run count, so an operator's re-run after a failed video
-    starts a new one instead of getting the failed invocation back, and the model, so a fallback
-    model starts its own). Hashed because the token must be 1-256 printable ASCII characters
-    whatever the step is called.
+    Derived from `jobId:step`, plus the re-run count (an operator's re-run after a failed video
+    starts a new one instead of getting the failed invocation back), plus the count of the step's
+    tasks that ended Failed (a retry after one starts a new task; with the old token Bedrock would
+    answer with the dead invocation), plus the model (a fallback model starts its own). A retry
+    after a lost start answer keeps all of them, so it gets the invocation already started.
+    Hashed because the token must be 1-256 printable ASCII characters whatever the step is called.
     """
     key = call.idempotency_key if call.reruns == 0 else f"{call.idempotency_key}:rerun{call.reruns}"
+    if call.tasks:
+        key = f"{key}:task{call.tasks}"
     return "aijobs-" + hashlib.sha256(f"{key}:{call.model}".encode()).hexdigest()
 
 
@@ -280,14 +289,20 @@ class BedrockProvider:
     # --- images -------------------------------------------------------------------------------
 
     def generate_image(self, request: ImageRequest) -> ImageResult:
-        """Stability AI text-to-image: one InvokeModel per image (each answers one image)."""
+        """Stability AI text-to-image: one InvokeModel per image (each answers one image).
+
+        An image the content filter blocks is left out and counted (`blocked`); the images made
+        are kept, since they were paid for. A refused prompt ends the request (every later call
+        would be refused too). Only when no image is left is the job failed (its input's fault).
+        """
         model = request.call.model
         if family(model) != "stability":
             raise ProviderAuthError(f"the bedrock adapter has no image request for model {model[:80]!r}")
         if request.aspect_ratio not in _STABILITY_RATIOS:
             raise InvalidInputError(f"aspect ratio must be one of {sorted(_STABILITY_RATIOS)}")
         prompt = _text(request.prompt, _MAX_STABILITY_PROMPT)
-        images = []
+        images: list[Artifact] = []
+        blocked: list[str] = []
         for index in range(request.count):
             body: dict[str, Any] = {
                 "prompt": prompt,
@@ -299,21 +314,36 @@ class BedrockProvider:
             if request.negative_prompt:
                 body["negative_prompt"] = request.negative_prompt
             document = self._invoke_json(model, body)
-            reasons = [reason for reason in document.get("finish_reasons") or [] if reason]
+            reasons = [str(reason)[:200] for reason in document.get("finish_reasons") or [] if reason]
+            if reasons and reasons[0] == _STABILITY_MODEL_ERROR:
+                raise TransientProviderError(f"Stability AI: {reasons[0]}")
             if reasons:
-                # A moderated output: the prompt's fault, final.
-                raise InvalidInputError(f"Stability AI refused the image: {str(reasons[0])[:200]}")
+                blocked.append(reasons[0])
+                if reasons[0] == _STABILITY_OUTPUT_BLOCKED:
+                    continue
+                # The prompt (or an input image) itself is refused: so would every later call be.
+                blocked.extend(reasons[:1] * (request.count - index - 1))
+                break
             found = document.get("images")
             if not isinstance(found, list) or not found:
                 raise TransientProviderError("Bedrock answered without images")
             images.append(
                 Artifact(
-                    name="image.png" if request.count == 1 else f"image-{index + 1}.png",
+                    name="image.png" if request.count == 1 else f"image-{len(images) + 1}.png",
                     content_type="image/png",
                     data=_b64(found[0]),
                 )
             )
-        return ImageResult(images=tuple(images), model=model, usage={"images": len(images)})
+        if not images:
+            # Every image moderated: the prompt's fault, final.
+            raise InvalidInputError(f"Stability AI refused the image: {blocked[0]}")
+        return ImageResult(
+            images=tuple(images),
+            model=model,
+            usage={"images": len(images)},
+            blocked=len(blocked),
+            blocked_reason=blocked[0] if blocked else None,
+        )
 
     # --- asynchronous video -------------------------------------------------------------------
 

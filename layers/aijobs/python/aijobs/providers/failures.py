@@ -175,19 +175,24 @@ def aws_task_failure(reason: str | None, *, service: str) -> ProviderError:
 
     Throttling or quota -> throttled; access or permission (e.g. to the output bucket) ->
     configuration; too long -> input too large; validation -> invalid input; anything else ->
-    transient (a later attempt starts or checks again).
+    transient. Each is marked `task_ended`: a later attempt starts a new task.
     """
     text = (reason or "no reason given")[:_MAX_DETAIL]
     what = f"{service} task failed: {text}"
+    error: ProviderError
     if _TASK_THROTTLED_TEXT.search(text):
-        return ThrottledError(what, status=None)
-    if _TASK_CONFIG_TEXT.search(text):
-        return ProviderAuthError(what)
-    if _TOO_LARGE_TEXT.search(text):
-        return InputTooLargeError(what)
-    if _TASK_INVALID_TEXT.search(text):
-        return InvalidInputError(what)
-    return TransientProviderError(what)
+        error = ThrottledError(what, status=None)
+    elif _TASK_CONFIG_TEXT.search(text):
+        error = ProviderAuthError(what)
+    elif _TOO_LARGE_TEXT.search(text):
+        error = InputTooLargeError(what)
+    elif _TASK_INVALID_TEXT.search(text):
+        error = InvalidInputError(what)
+    else:
+        error = TransientProviderError(what)
+    # The task is over: a retry starts a new one (the consumer forgets its handle).
+    error.task_ended = True
+    return error
 
 
 def _client_error(error: ClientError, service: str, model: str | None) -> ProviderError:

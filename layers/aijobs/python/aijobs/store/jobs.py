@@ -473,12 +473,29 @@ class JobStore:
         )  # fmt: skip
 
     def fail_retryable(
-        self, job: Job, *, now: datetime, error_class: str, message: str, retry_at: datetime | None = None
+        self,
+        job: Job,
+        *,
+        now: datetime,
+        error_class: str,
+        message: str,
+        retry_at: datetime | None = None,
+        task_ended: bool = False,
     ) -> None:
         """A failed attempt that may be retried, not before `retry_at` (back-off or Retry-After).
         TransitionConflict when the claim was lost or the owner cancelled the job meanwhile (the
-        caller then ends it as cancelled: a cancelled job is never tried again)."""
+        caller then ends it as cancelled: a cancelled job is never tried again).
+
+        `task_ended`: the attempt found its asynchronous provider task ended `Failed`; the row
+        forgets the task's handle (and its check count) and counts the task, so the retry starts
+        a new task instead of checking the dead one again."""
         log_sets, log_values = _attempt_log_update(job, now, JobStatus.FAILED_RETRYABLE, error_class, message)
+        if task_ended:
+            log_sets |= {
+                "provider_handle": None,
+                "provider_checks": None,
+                "provider_tasks": ("if_not_exists(provider_tasks, :zero) + :one", 1),
+            }
         self._transition_quietly(
             job,
             JobStatus.FAILED_RETRYABLE,
@@ -1449,6 +1466,7 @@ def _from_item(item: dict[str, Any]) -> Job:
         awaiting_provider=bool(item.get("awaiting_provider", False)),
         provider_checks=int(item.get("provider_checks", 0)),
         provider_handle=item.get("provider_handle"),
+        provider_tasks=int(item.get("provider_tasks", 0)),
         recheck_id=item.get("recheck_id"),
         next_attempt_at=moment("next_attempt_at"),
         held_until=moment("held_until"),
