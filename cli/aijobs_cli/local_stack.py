@@ -4,7 +4,8 @@
   the stage's resources are created from the same stage configuration and key schema as the CDK
   stack (aijobs_cli.resources);
 - the HTTP API listens on localhost and hands the real producer handler API Gateway HTTP API v2
-  events, up to API_CONCURRENCY at once, each in a container of its own (aijobs_cli.api_containers);
+  events, up to API_CONCURRENCY at once, each in a container of its own (aijobs_cli.api_containers),
+  and long-polls up to LONG_POLL_CONCURRENCY more in containers of their own;
 - per queue, pollers behave like the Lambda SQS event-source mapping (aijobs_cli.esm): batch size,
   batching window, concurrency, partial batch responses, visibility timeouts, maxReceiveCount;
 - a poller per DLQ runs the dead-letter consumer, with the mapping's batch size and window; the
@@ -85,6 +86,12 @@ _POLLER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 1})
 # runs (8 clients, 2 loaded cores), 1 / 2 / 4 containers gave 8.2 / 8.4 / 7.5 jobs/s end to end
 # (submit p50 0.82 / 0.57 / 0.44 s): a growing backlog makes moto's SQS slower per request.
 API_CONCURRENCY = 2
+# Containers for long-polls (`GET /jobs/{id}?wait=N`) at most, apart from the others: a long-poll
+# holds its container for up to its wait while doing nearly nothing, so two of them held both
+# API_CONCURRENCY containers and every other tenant's request waited up to 13 s behind them. In AWS
+# each long-poll holds one execution environment too, but Lambda starts another for the next
+# request (README "What the local stack is"). Past this many, long-polls wait for one another only.
+LONG_POLL_CONCURRENCY = 8
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
@@ -191,6 +198,16 @@ def mapping_plans(config: StageConfig) -> dict[str, MappingPlan]:
     webhooks = queue_resource_name(config.stage, WEBHOOK_QUEUE)
     plans[webhooks] = MappingPlan(WEBHOOK_CONSUMER, WEBHOOK_BATCH_SIZE, 0)
     return plans
+
+
+def is_long_poll(method: str, raw_path: str) -> bool:
+    """Whether a request asks the API to wait (`?wait=N` with N not 0): it may hold its
+    invocation for up to LONG_POLL_MAX_SECONDS, so the local stack gives it a container of the
+    long-poll pool. A bad value goes there too, and the API answers it at once with a 400."""
+    if method not in ("GET", "HEAD"):
+        return False
+    wait = query_parameters(urlsplit(raw_path).query).get("wait", "").strip()
+    return wait not in ("", "0")
 
 
 Reply = tuple[int, bytes, dict[str, str]]
@@ -406,8 +423,11 @@ class LocalStack:
     # Concurrent invocations of the API function: each container runs one at a time, and a request
     # that finds every container busy starts another, up to this many (aijobs_cli.api_containers).
     api_concurrency: int = API_CONCURRENCY
+    # Containers of the same function kept for long-polls (is_long_poll), started as they need them.
+    long_poll_concurrency: int = LONG_POLL_CONCURRENCY
     long_poll_seconds: int = LONG_POLL_SECONDS
     _api: ApiContainers | None = None
+    _long_polls: ApiContainers | None = None
     _operators: Directory | None = None
     _operators_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -459,6 +479,11 @@ class LocalStack:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+    @property
+    def long_polls_in_progress(self) -> int:
+        """Long-polls being answered now, each in a container of the long-poll pool."""
+        return 0 if self._long_polls is None else self._long_polls.busy
 
     @property
     def moto_pids(self) -> list[int]:
@@ -529,6 +554,7 @@ class LocalStack:
         # The producer function, loaded per container as Lambda loads it (the first one now).
         self._api = ApiContainers(self.api_concurrency, on_start=started)
         self._api.prewarm()
+        self._long_polls = ApiContainers(self.long_poll_concurrency, on_start=started)
         handler = type("ApiRequestHandler", (_ApiRequestHandler,), {"stack": self})
         self._http = _ApiServer(("127.0.0.1", self.port), handler)
         self.api_url = f"http://127.0.0.1:{self._http.server_address[1]}"
@@ -539,11 +565,12 @@ class LocalStack:
         path = urlsplit(raw_path).path
         if path.startswith(ADMIN_PREFIX) or path == ADMIN_PREFIX.rstrip("/"):
             return self._admin(method, path, headers)
-        assert self._api is not None
+        pool = self._long_polls if is_long_poll(method, raw_path) else self._api
+        assert pool is not None
         event = api_event(method, raw_path, headers, body)
         context = LambdaContext(f"aijobs-{self.config.stage}-api", timeout_seconds=15)
         try:
-            response = self._api.invoke(event, context)
+            response = pool.invoke(event, context)
         except Exception as error:  # API Gateway answers a failed invocation with a 500
             self.log(f"the API function failed: {type(error).__name__}: {error}")
             return error_reply(500, "internal_error", "Internal Server Error")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -17,7 +18,9 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
+from aijobs import runtime
 from aijobs.bindings import queue_name_of
+from aijobs.settings import ConsumerSettings
 from aijobs.stage_config import DLQ_SUFFIX
 from aijobs.store.jobs import JobStore
 from aijobs_cli.local_stack import DEMO_USER, LocalStack, mapping_plans
@@ -319,6 +322,29 @@ def test_a_long_polling_request_holds_one_api_container_while_another_answers(cl
     finally:
         poller.join(timeout=30)
     assert waited[0]["status"] == "succeeded"
+
+
+def test_long_polls_leave_the_api_containers_to_other_tenants(stack: LocalStack, client: Target) -> None:
+    """Two `?wait=20` long-polls held open (their job stays queued: its consumer is paused) do not
+    hold up another tenant's request: it is answered while both are still waiting."""
+    assert stack.resources is not None
+    directory = runtime.directory(ConsumerSettings.from_env(stack.resources.consumer_env("summary")))
+    other_tenant = dataclasses.replace(client, api_key=directory.create_api_key("tenant-credits"))
+    stack.control.set_kind(stack.resources, "summary", enabled=False)
+    try:
+        job_id = _submit(client, "summary", TEXT)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            polls = [pool.submit(client.request, "GET", f"/jobs/{job_id}?wait=20") for _ in range(2)]
+            wait_until(lambda: stack.long_polls_in_progress == 2, "both long-polls in a container")
+            credits = other_tenant.request("GET", "/credits")
+            still_waiting = [not poll.done() for poll in polls]
+            stack.control.set_kind(stack.resources, "summary", enabled=True)
+            answers = [poll.result(timeout=60) for poll in polls]
+    finally:
+        stack.control.set_kind(stack.resources, "summary", enabled=True)
+    assert credits.status == 200, credits.body
+    assert still_waiting == [True, True]
+    assert [answer.status for answer in answers] == [200, 200]
 
 
 def test_every_queue_is_polled_with_its_template_mappings_batch_size_and_window(stack: LocalStack) -> None:
