@@ -92,7 +92,14 @@ class ApiContainers:
         self._idle: list[ApiContainer] = []
         self.containers: list[ApiContainer] = []
         self._starting = 0
+        self._busy = 0
         self._changed = threading.Condition()
+
+    @property
+    def busy(self) -> int:
+        """Containers running an invocation now."""
+        with self._changed:
+            return self._busy
 
     def prewarm(self) -> None:
         """Start one container now: the first request finds it warm, and a broken import fails here."""
@@ -103,11 +110,14 @@ class ApiContainers:
 
     def invoke(self, event: dict[str, Any], context: Any) -> Any:
         container = self._acquire()
+        with self._changed:
+            self._busy += 1
         try:
             container.invocations += 1
             return container.handler(event, context)
         finally:
             with self._changed:
+                self._busy -= 1
                 self._idle.append(container)
                 self._changed.notify()
 

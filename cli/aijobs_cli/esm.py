@@ -9,6 +9,7 @@ reappear after their visibility timeout (so receive counts and the redrive polic
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -86,14 +87,25 @@ class InvalidBatchResponse(Exception):
 def reported_failures(response: Any, batch_ids: list[str]) -> set[str]:
     """The message ids a partial batch response reports as failed, read as Lambda reads it.
 
-    No response, or no/empty `batchItemFailures`, is complete success. An item without an
-    `itemIdentifier`, with an empty one, or with one that names no message of the batch, fails the
-    whole batch (InvalidBatchResponse), as it does in AWS: nothing is deleted, all reappear.
+    Lambda receives the handler's result as JSON (Lambda developer guide, "Handling errors for an
+    SQS event source": success and failure conditions). Complete success: no response (null), an
+    empty object, or `batchItemFailures` null or empty. Anything else Lambda would not accept fails
+    the whole batch (InvalidBatchResponse; nothing is deleted, all reappear): a result that is not
+    JSON or not an object, `batchItemFailures` that is not a list, or an item that is not an object
+    with an `itemIdentifier` (a bad key name), whose identifier is null, empty, not a string, or
+    names no message of the batch.
     """
+    try:
+        # What Lambda reads: the result as serialized (a tuple is a list, a set is refused).
+        response = json.loads(json.dumps(response))
+    except (TypeError, ValueError) as error:
+        raise InvalidBatchResponse(f"the response is not JSON: {error}") from error
     if response is None:
         return set()
-    items = response.get("batchItemFailures") if isinstance(response, dict) else None
-    if not items:
+    if not isinstance(response, dict):
+        raise InvalidBatchResponse(f"the response is not a JSON object: {type(response).__name__}")
+    items = response.get("batchItemFailures")
+    if items is None:
         return set()
     if not isinstance(items, list):
         raise InvalidBatchResponse(f"batchItemFailures is not a list: {type(items).__name__}")

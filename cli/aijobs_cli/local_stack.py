@@ -4,11 +4,13 @@
   the stage's resources are created from the same stage configuration and key schema as the CDK
   stack (aijobs_cli.resources);
 - the HTTP API listens on localhost and hands the real producer handler API Gateway HTTP API v2
-  events, up to API_CONCURRENCY at once, each in a container of its own (aijobs_cli.api_containers);
+  events, up to API_CONCURRENCY at once, each in a container of its own (aijobs_cli.api_containers),
+  and long-polls up to LONG_POLL_CONCURRENCY more in containers of their own;
 - per queue, pollers behave like the Lambda SQS event-source mapping (aijobs_cli.esm): batch size,
   batching window, concurrency, partial batch responses, visibility timeouts, maxReceiveCount;
-- a DLQ poller runs the dead-letter consumer; a scheduler fires the cron dispatcher on the minute
-  for every CRONS expression that matches.
+- a poller per DLQ runs the dead-letter consumer, with the mapping's batch size and window; the
+  webhook consumer polls its queue likewise (mapping_plans: what the template gives each mapping);
+  a scheduler fires the cron dispatcher on the minute for every CRONS expression that matches.
 Every function runs from its own settings model, validated exactly as in Lambda.
 """
 
@@ -36,10 +38,18 @@ import boto3
 from botocore.config import Config
 
 from aijobs import runtime
+from aijobs.bindings import queue_name_of
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME, dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
-from aijobs.stage_config import StageConfig, event_source_mappings_env
+from aijobs.stage_config import (
+    DLQ_SUFFIX,
+    WEBHOOK_BATCH_SIZE,
+    WEBHOOK_QUEUE,
+    StageConfig,
+    event_source_mappings_env,
+    queue_resource_name,
+)
 from aijobs.store.retention import write_retention
 from aijobs.store.tenants import Directory
 from aijobs_cli.api_containers import ApiContainer, ApiContainers
@@ -60,8 +70,6 @@ ADMIN_PREFIX = "/_local/"
 MAX_BODY_BYTES = 10 * 1024 * 1024
 # How long a client may keep the server waiting for the rest of its request (line, headers, body).
 READ_TIMEOUT_SECONDS = 5.0
-# How long the DLQ consumer waits after a sweep of the DLQs that found nothing.
-DLQ_IDLE_SECONDS = 2.0
 # How long an idle poller's receive waits for a first message (the service's pollers wait 20 s).
 # moto answers as soon as one arrives; each idle poller costs moto a request per this many seconds
 # (at 1 s, the twenty idle pollers were about two of the eleven requests per job under load).
@@ -78,6 +86,12 @@ _POLLER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 1})
 # runs (8 clients, 2 loaded cores), 1 / 2 / 4 containers gave 8.2 / 8.4 / 7.5 jobs/s end to end
 # (submit p50 0.82 / 0.57 / 0.44 s): a growing backlog makes moto's SQS slower per request.
 API_CONCURRENCY = 2
+# Containers for long-polls (`GET /jobs/{id}?wait=N`) at most, apart from the others: a long-poll
+# holds its container for up to its wait while doing nearly nothing, so two of them held both
+# API_CONCURRENCY containers and every other tenant's request waited up to 13 s behind them. In AWS
+# each long-poll holds one execution environment too, but Lambda starts another for the next
+# request (README "What the local stack is"). Past this many, long-polls wait for one another only.
+LONG_POLL_CONCURRENCY = 8
 
 
 def local_environment(endpoint_url: str) -> dict[str, str]:
@@ -155,6 +169,45 @@ def api_event(method: str, raw_path: str, headers: Mapping[str, str], body: byte
             event["body"] = base64.b64encode(body).decode("ascii")
             event["isBase64Encoded"] = True
     return event
+
+
+# The functions an event-source mapping invokes, by the role the local stack gives each.
+CONSUMER, DLQ_CONSUMER, WEBHOOK_CONSUMER = "consumer", "dlq-consumer", "webhook-consumer"
+
+
+@dataclass(frozen=True)
+class MappingPlan:
+    """One event-source mapping as the CDK stack declares it: the function it invokes, its batch
+    size and batching window (tests/infra/test_queues.py checks these against the template)."""
+
+    function: str
+    batch_size: int
+    batch_window_seconds: int
+
+
+def mapping_plans(config: StageConfig) -> dict[str, MappingPlan]:
+    """The stage's event-source mappings by queue name (one per queue), as the constructs make
+    them: each kind's consumer (aijobs_cdk.constructs.job_queue), the dead-letter consumer on every
+    kind's DLQ (dead_letters) and the webhook consumer on its queue (webhooks)."""
+    plans = {}
+    for kind in config.queue_names:
+        tuning = config.queue_tuning(kind)
+        name = queue_resource_name(config.stage, kind)
+        plans[name] = MappingPlan(CONSUMER, tuning.batch_size, tuning.batch_window_seconds)
+        plans[name + DLQ_SUFFIX] = MappingPlan(DLQ_CONSUMER, config.batch_size, config.batch_window_seconds)
+    webhooks = queue_resource_name(config.stage, WEBHOOK_QUEUE)
+    plans[webhooks] = MappingPlan(WEBHOOK_CONSUMER, WEBHOOK_BATCH_SIZE, 0)
+    return plans
+
+
+def is_long_poll(method: str, raw_path: str) -> bool:
+    """Whether a request asks the API to wait (`?wait=N` with N not 0): it may hold its
+    invocation for up to LONG_POLL_MAX_SECONDS, so the local stack gives it a container of the
+    long-poll pool. A bad value goes there too, and the API answers it at once with a 400."""
+    if method not in ("GET", "HEAD"):
+        return False
+    wait = query_parameters(urlsplit(raw_path).query).get("wait", "").strip()
+    return wait not in ("", "0")
 
 
 Reply = tuple[int, bytes, dict[str, str]]
@@ -370,8 +423,11 @@ class LocalStack:
     # Concurrent invocations of the API function: each container runs one at a time, and a request
     # that finds every container busy starts another, up to this many (aijobs_cli.api_containers).
     api_concurrency: int = API_CONCURRENCY
+    # Containers of the same function kept for long-polls (is_long_poll), started as they need them.
+    long_poll_concurrency: int = LONG_POLL_CONCURRENCY
     long_poll_seconds: int = LONG_POLL_SECONDS
     _api: ApiContainers | None = None
+    _long_polls: ApiContainers | None = None
     _operators: Directory | None = None
     _operators_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -423,6 +479,11 @@ class LocalStack:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+    @property
+    def long_polls_in_progress(self) -> int:
+        """Long-polls being answered now, each in a container of the long-poll pool."""
+        return 0 if self._long_polls is None else self._long_polls.busy
 
     @property
     def moto_pids(self) -> list[int]:
@@ -493,6 +554,7 @@ class LocalStack:
         # The producer function, loaded per container as Lambda loads it (the first one now).
         self._api = ApiContainers(self.api_concurrency, on_start=started)
         self._api.prewarm()
+        self._long_polls = ApiContainers(self.long_poll_concurrency, on_start=started)
         handler = type("ApiRequestHandler", (_ApiRequestHandler,), {"stack": self})
         self._http = _ApiServer(("127.0.0.1", self.port), handler)
         self.api_url = f"http://127.0.0.1:{self._http.server_address[1]}"
@@ -503,11 +565,12 @@ class LocalStack:
         path = urlsplit(raw_path).path
         if path.startswith(ADMIN_PREFIX) or path == ADMIN_PREFIX.rstrip("/"):
             return self._admin(method, path, headers)
-        assert self._api is not None
+        pool = self._long_polls if is_long_poll(method, raw_path) else self._api
+        assert pool is not None
         event = api_event(method, raw_path, headers, body)
         context = LambdaContext(f"aijobs-{self.config.stage}-api", timeout_seconds=15)
         try:
-            response = self._api.invoke(event, context)
+            response = pool.invoke(event, context)
         except Exception as error:  # API Gateway answers a failed invocation with a 500
             self.log(f"the API function failed: {type(error).__name__}: {error}")
             return error_reply(500, "internal_error", "Internal Server Error")
@@ -579,7 +642,7 @@ class LocalStack:
             ).esm_max_concurrency
             for index in range(self._consumer_threads(kind)):
                 self._spawn(f"consumer-{kind}-{index}", self._consume_loop, kind, index)
-        self._spawn("dlq-consumer", self._dlq_loop)
+            self._spawn(f"dlq-consumer-{kind}", self._dlq_loop, kind)
         self._spawn("webhook-consumer", self._webhook_loop)
 
     def _consume_loop(self, kind: str, index: int) -> None:
@@ -592,12 +655,16 @@ class LocalStack:
             queue_arn=self.resources.queue_arns[kind],
             handler=consumer.handle,
             function_name=f"aijobs-{self.config.stage}-consumer-{kind}",
-            batch_size=self.config.queue_tuning(kind).batch_size,
-            batch_window_seconds=self.config.batch_window_seconds,
+            **self._planned(self.resources.queue_urls[kind]),
             long_poll_seconds=self.long_poll_seconds,
         )
         self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
         self._poll(mapping)
+
+    def _planned(self, queue_url: str) -> dict[str, Any]:
+        """The batch size and batching window the stage's template gives the mapping of a queue."""
+        plan = mapping_plans(self.config)[queue_name_of(queue_url)]
+        return {"batch_size": plan.batch_size, "batch_window_seconds": plan.batch_window_seconds}
 
     def _webhook_loop(self) -> None:
         """The webhook consumer on its queue (aijobs.webhooks), like its event-source mapping."""
@@ -609,31 +676,27 @@ class LocalStack:
             queue_arn=self.resources.webhook_queue_arn,
             handler=consumer.handle,
             function_name=f"aijobs-{self.config.stage}-webhook-consumer",
+            **self._planned(self.resources.webhook_queue_url),
             long_poll_seconds=self.long_poll_seconds,
         )
         self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
         self._poll(mapping)
 
-    def _dlq_loop(self) -> None:
+    def _dlq_loop(self, kind: str) -> None:
+        """The dead-letter consumer on one kind's DLQ: a mapping of its own, as in the stack."""
         assert self.resources is not None
         consumer = runtime.build_dead_letter_consumer(DlqSettings.from_env(self.resources.dlq_env()))
-        mappings = [
-            QueueMapping(
-                sqs=self._poller_sqs(),
-                queue_url=self.resources.dlq_urls[kind],
-                queue_arn=self.resources.dlq_arns[kind],
-                handler=consumer.handle,
-                function_name=f"aijobs-{self.config.stage}-dlq-consumer",
-                batch_size=self.config.batch_size,
-            )
-            for kind in self.config.queue_names
-        ]
-        while not self._stop.is_set():
-            received = sum(self._safe_poll(mapping) for mapping in mappings)
-            if not received:
-                # Each idle sweep is one request per DLQ, and moto serves every request (at 0.5 s,
-                # the DLQs alone were about a third of moto's requests under load).
-                self._stop.wait(DLQ_IDLE_SECONDS)
+        mapping = QueueMapping(
+            sqs=self._poller_sqs(),
+            queue_url=self.resources.dlq_urls[kind],
+            queue_arn=self.resources.dlq_arns[kind],
+            handler=consumer.handle,
+            function_name=f"aijobs-{self.config.stage}-dlq-consumer",
+            **self._planned(self.resources.dlq_urls[kind]),
+            long_poll_seconds=self.long_poll_seconds,
+        )
+        self.control.mappings.setdefault(mapping.queue_arn, []).append(mapping)
+        self._poll(mapping)
 
     @staticmethod
     def _poller_sqs() -> SQSClient:

@@ -7,6 +7,10 @@ from typing import Any
 import pytest
 
 from aijobs.stage_config import RECEIVE_HEADROOM, queue_resource_name
+from aijobs_cdk.constructs.dead_letters import DLQ_HANDLER
+from aijobs_cdk.constructs.job_queue import CONSUMER_HANDLER
+from aijobs_cdk.constructs.webhooks import WEBHOOK_HANDLER
+from aijobs_cli.local_stack import CONSUMER, DLQ_CONSUMER, WEBHOOK_CONSUMER, MappingPlan, mapping_plans
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra
@@ -124,3 +128,21 @@ def test_concurrency_one_becomes_reserved_concurrency_with_throttle_headroom(sin
         assert "ScalingConfig" not in mapping["Properties"]
     (queue,) = _main_queues(single_consumer).values()
     assert queue["RedrivePolicy"]["maxReceiveCount"] == 3 + 1 + RECEIVE_HEADROOM
+
+
+@pytest.mark.parametrize("fixture", ["dev", "capped", "single_consumer"])
+def test_the_local_stack_polls_each_queue_as_its_template_mapping_does(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """`aijobs dev` gives every mapping (the DLQ consumer's and the webhook consumer's too) the batch
+    size and batching window the template gives it."""
+    synth: Synth = request.getfixturevalue(fixture)
+    roles = {CONSUMER_HANDLER: CONSUMER, DLQ_HANDLER: DLQ_CONSUMER, WEBHOOK_HANDLER: WEBHOOK_CONSUMER}
+    template = {}
+    for mapping in synth.resources("AWS::Lambda::EventSourceMapping").values():
+        props = mapping["Properties"]
+        queue = synth.props(target_id(props["EventSourceArn"]))["QueueName"]
+        handler = synth.props(target_id(props["FunctionName"]))["Handler"]
+        window = props.get("MaximumBatchingWindowInSeconds", 0)
+        template[queue] = MappingPlan(roles[handler], props["BatchSize"], window)
+    assert mapping_plans(synth.config) == template

@@ -10,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from aijobs_cli.esm import InvalidBatchResponse, QueueMapping
+from tests.integration.harness import load_event
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +78,21 @@ def test_an_invalid_item_identifier_fails_the_whole_batch(
     assert _left_in_queue(mapping) == ["body-0", "body-1", "body-2"]
 
 
+@pytest.mark.parametrize(
+    "response",
+    ["ok", [], {"batchItemFailures": ""}, {"batchItemFailures": {}}],
+    ids=["a string", "a list", "an empty string for the list", "an object for the list"],
+)
+def test_a_response_that_is_no_partial_batch_response_fails_the_whole_batch(
+    mapping: QueueMapping, response: Any
+) -> None:
+    mapping.handler = lambda _event, _context: response
+    outcome = mapping.poll_once()
+    assert isinstance(outcome.error, InvalidBatchResponse)
+    assert (outcome.received, len(outcome.failed_ids)) == (3, 3)
+    assert _left_in_queue(mapping) == ["body-0", "body-1", "body-2"]
+
+
 def test_an_empty_response_deletes_the_whole_batch(mapping: QueueMapping) -> None:
     mapping.handler = _answering(lambda _ids: [])
     outcome = mapping.poll_once()
@@ -102,3 +118,34 @@ def test_a_mapping_disabled_during_its_long_poll_invokes_nothing(mapping: QueueM
         mapping.sqs.receive_message = receive  # type: ignore[method-assign]
     assert (outcome.received, invoked) == (0, [])
     assert _left_in_queue(mapping) == ["body-0", "body-1", "body-2"]
+
+
+def test_message_attributes_reach_the_handler_in_the_lambda_record_shape(mapping: QueueMapping) -> None:
+    """Each record as the Lambda SQS event carries it (the shape of events/sqs-dlq-batch.json)."""
+    mapping.sqs.purge_queue(QueueUrl=mapping.queue_url)
+    mapping.sqs.send_message(
+        QueueUrl=mapping.queue_url,
+        MessageBody="with attributes",
+        MessageAttributes={
+            "aijobs-moved-by": {"DataType": "String", "StringValue": "consumer:attempt-budget-spent"},
+            "attempt": {"DataType": "Number", "StringValue": "3"},
+            "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xff"},
+        },
+    )
+    records: list[dict[str, Any]] = []
+    mapping.handler = lambda event, _context: records.extend(event["Records"])
+    assert mapping.poll_once().received == 1
+    (record,) = records
+    (sample,) = load_event("sqs-dlq-batch.json")["Records"]
+    assert set(record) == set(sample)
+    assert set(record["attributes"]) >= set(sample["attributes"])
+    assert record["messageAttributes"] == {
+        "aijobs-moved-by": {
+            "stringValue": "consumer:attempt-budget-spent",
+            "stringListValues": [],
+            "binaryListValues": [],
+            "dataType": "String",
+        },
+        "attempt": {"stringValue": "3", "stringListValues": [], "binaryListValues": [], "dataType": "Number"},
+        "blob": {"binaryValue": "AP8=", "stringListValues": [], "binaryListValues": [], "dataType": "Binary"},
+    }

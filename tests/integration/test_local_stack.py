@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -17,11 +18,15 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
+from aijobs import runtime
+from aijobs.bindings import queue_name_of
+from aijobs.settings import ConsumerSettings
+from aijobs.stage_config import DLQ_SUFFIX
 from aijobs.store.jobs import JobStore
-from aijobs_cli.local_stack import DEMO_USER, LocalStack
+from aijobs_cli.local_stack import DEMO_USER, LocalStack, mapping_plans
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
-from tests.integration.harness import running_local_stack
+from tests.integration.harness import running_local_stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -317,6 +322,47 @@ def test_a_long_polling_request_holds_one_api_container_while_another_answers(cl
     finally:
         poller.join(timeout=30)
     assert waited[0]["status"] == "succeeded"
+
+
+def test_long_polls_leave_the_api_containers_to_other_tenants(stack: LocalStack, client: Target) -> None:
+    """Two `?wait=20` long-polls held open (their job stays queued: its consumer is paused) do not
+    hold up another tenant's request: it is answered while both are still waiting."""
+    assert stack.resources is not None
+    directory = runtime.directory(ConsumerSettings.from_env(stack.resources.consumer_env("summary")))
+    other_tenant = dataclasses.replace(client, api_key=directory.create_api_key("tenant-credits"))
+    stack.control.set_kind(stack.resources, "summary", enabled=False)
+    try:
+        job_id = _submit(client, "summary", TEXT)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            polls = [pool.submit(client.request, "GET", f"/jobs/{job_id}?wait=20") for _ in range(2)]
+            wait_until(lambda: stack.long_polls_in_progress == 2, "both long-polls in a container")
+            credits = other_tenant.request("GET", "/credits")
+            still_waiting = [not poll.done() for poll in polls]
+            stack.control.set_kind(stack.resources, "summary", enabled=True)
+            answers = [poll.result(timeout=60) for poll in polls]
+    finally:
+        stack.control.set_kind(stack.resources, "summary", enabled=True)
+    assert credits.status == 200, credits.body
+    assert still_waiting == [True, True]
+    assert [answer.status for answer in answers] == [200, 200]
+
+
+def test_every_queue_is_polled_with_its_template_mappings_batch_size_and_window(stack: LocalStack) -> None:
+    """Each kind's queue, each DLQ and the webhook queue (the plans tests/infra checks against the
+    CDK template): the DLQ consumer's mappings gather a batch within the stage's window too."""
+    plans = mapping_plans(stack.config)
+    assert {plan.function for plan in plans.values()} == {"consumer", "dlq-consumer", "webhook-consumer"}
+
+    def polled() -> dict[str, set[tuple[int, float]]]:
+        return {
+            queue_name_of(arn): {(m.batch_size, m.batch_window_seconds) for m in mappings}
+            for arn, mappings in list(stack.control.mappings.items())
+        }
+
+    wait_until(lambda: set(polled()) == set(plans), "a poller on every queue")
+    assert polled() == {name: {(plan.batch_size, plan.batch_window_seconds)} for name, plan in plans.items()}
+    dlq = plans[f"aijobs-local-summary{DLQ_SUFFIX}"]
+    assert (dlq.batch_size, dlq.batch_window_seconds) == (5, 1)  # .env.local's BATCH_SIZE, BATCH_WINDOW
 
 
 def test_any_method_reaches_the_api_which_answers_405_with_allow(stack: LocalStack) -> None:

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.api_containers import CONTAINER_MODULES, ApiContainer, ApiContainers, load_container
+from aijobs_cli.local_stack import LocalStack, is_long_poll
 
 
 def _fake_containers(handler: Any) -> tuple[list[ApiContainer], Callable[[], ApiContainer]]:
@@ -90,3 +92,49 @@ def test_each_container_loads_its_own_api_modules_and_leaves_sys_modules_as_it_w
         assert before[name] not in (first.modules[name], second.modules[name])
     assert first.modules["aijobs.api.app"].app is not second.modules["aijobs.api.app"].app
     assert first.modules["api.handler"].runtime is first.runtime
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "long_poll"),
+    [
+        ("GET", "/jobs/01J?wait=20", True),
+        ("GET", "/jobs/01J?wait=%32%30", True),  # decoded as the gateway decodes it
+        ("GET", "/jobs/01J?wait=abc", True),  # the API answers it at once (400)
+        ("GET", "/jobs/01J?wait=0", False),
+        ("GET", "/jobs/01J?wait=", False),
+        ("GET", "/jobs/01J", False),
+        ("GET", "/credits", False),
+        ("POST", "/jobs?wait=20", False),
+    ],
+)
+def test_a_request_that_asks_to_wait_is_a_long_poll(method: str, path: str, long_poll: bool) -> None:
+    assert is_long_poll(method, path) is long_poll
+
+
+def test_long_polls_holding_every_api_container_starve_no_other_request() -> None:
+    """Two long-polls that hold their containers until released; another tenant's request is
+    answered meanwhile (with one pool for all, it would wait for a long-poll to end)."""
+    release, both_waiting = threading.Event(), threading.Barrier(3, timeout=30)
+
+    def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        if event.get("queryStringParameters", {}).get("wait"):
+            both_waiting.wait()
+            assert release.wait(timeout=60), "never released"
+        return {"statusCode": 200, "body": event["rawPath"]}
+
+    stack = LocalStack(load_stage_config("local"), api_concurrency=2)
+    # The stack's two pools, with containers that run `handler` (started by _start_api otherwise).
+    stack._api = ApiContainers(stack.api_concurrency, load=_fake_containers(handler)[1])
+    stack._long_polls = ApiContainers(stack.long_poll_concurrency, load=_fake_containers(handler)[1])
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        polls = [pool.submit(stack.answer, "GET", f"/jobs/{n}?wait=20", {}, b"") for n in (1, 2)]
+        try:
+            both_waiting.wait()  # both long-polls are inside a container now
+            other = pool.submit(stack.answer, "GET", "/credits", {}, b"")
+            status, body, _headers = other.result(timeout=30)  # fails only on a real hang
+            assert (status, body) == (200, b"/credits")
+            assert not any(poll.done() for poll in polls)
+            assert stack.long_polls_in_progress == 2
+        finally:
+            release.set()
+        assert [poll.result(timeout=30)[1] for poll in polls] == [b"/jobs/1", b"/jobs/2"]
