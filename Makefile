@@ -9,7 +9,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: bootstrap test lint format typecheck pytest coverage bench dev demo synth deps-layer deploy lock clean
+.PHONY: docs docs-serve bootstrap test lint format typecheck pytest coverage bench dev demo synth deps-layer deploy lock clean
 
 ## Tools (venv, node_modules), then the Lambda dependency layer's cache (pip, once per lock; a
 ## failure here is not fatal: synth builds the layer itself or fails saying what to do).
@@ -28,7 +28,7 @@ node_modules/.bootstrapped: package.json package-lock.json
 	touch $@
 
 ## The whole test suite: lint, types, unit + integration + infra tests, API fuzzing, `sam validate --lint`.
-test: bootstrap lint typecheck pytest fuzz sam-validate
+test: bootstrap lint typecheck pytest fuzz sam-validate docs
 
 lint: bootstrap
 	$(BIN)/ruff check .
@@ -80,6 +80,26 @@ $(FUZZ_VENV)/.bootstrapped-$(SCHEMATHESIS_VERSION):
 	echo '*' > $(FUZZ_VENV)/.gitignore
 	$(FUZZ_VENV)/bin/pip install --quiet --upgrade pip
 	$(FUZZ_VENV)/bin/pip install --quiet "schemathesis==$(SCHEMATHESIS_VERSION)"
+	touch $@
+
+## The docs site (mkdocs-material, in its own venv pinned by requirements/docs.txt): the reference
+## pages are written from the code, then `mkdocs build --strict` fails on a broken link or a page
+## missing from the navigation. `make docs-serve` serves it with live reload on localhost:8000.
+DOCS_VENV := .venv-docs
+export NO_MKDOCS_2_WARNING := 1
+docs: bootstrap $(DOCS_VENV)/.bootstrapped
+	$(BIN)/python scripts/docs_reference.py
+	$(DOCS_VENV)/bin/mkdocs build --strict --quiet
+	@echo "docs: build/site/index.html"
+
+docs-serve: docs
+	$(DOCS_VENV)/bin/mkdocs serve
+
+$(DOCS_VENV)/.bootstrapped: requirements/docs.txt
+	rm -rf $(DOCS_VENV) && $(PYTHON) -m venv $(DOCS_VENV)
+	echo '*' > $(DOCS_VENV)/.gitignore
+	$(DOCS_VENV)/bin/pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/pip install --quiet -r requirements/docs.txt
 	touch $@
 
 ## Start the whole system locally (moto, HTTP API on localhost:8080, pollers, schedules). Ctrl-C stops it.
