@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import socket
 import threading
@@ -186,6 +188,16 @@ def test_submit_wait_exits_with_how_the_job_ended(
     assert result.exit_code == code, result.output
     job = json.loads(result.stdout)
     assert (job["status"], job.get("lastErrorClass")) == (status, error_class)
+
+
+def test_the_in_process_stack_writes_nothing_to_stdout(stack: LocalStack, client: Target) -> None:
+    """What a CLI run captures as its stdout (CliRunner swaps sys.stdout) stays the CLI's: the
+    stack's functions log to stderr and emit no EMF lines while a job runs through all of them."""
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        job = _wait(client, _submit(client, "summary", "#fail:503x1 " + TEXT))
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)
+    assert captured.getvalue() == ""
 
 
 def test_cli_without_a_running_stack_says_how_to_start_it(tmp_path: Path) -> None:
