@@ -111,6 +111,8 @@ def moto_stage() -> Iterator[Any]:
     from tests.integration.harness import Clock, Stage
 
     logger.setLevel("ERROR")
+    # The handlers run in this process: their log lines go to stderr, stdout is the figures' (--json).
+    logger.registered_handler.setStream(sys.stderr)  # type: ignore[attr-defined]
     apply_speedups()
     values = stage_values()
     with mock_aws():

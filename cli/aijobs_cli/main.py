@@ -13,11 +13,12 @@ import math
 import mimetypes
 import signal
 import statistics
+import sys
 import textwrap
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta, tzinfo
 from decimal import Decimal, InvalidOperation
 from importlib import resources
@@ -31,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Column, Table
 
 from aijobs.domain import JobStatus
-from aijobs.errors import AijobsError
+from aijobs.errors import CANCELLED, AijobsError
 from aijobs.stage_config import ConfigError
 from aijobs.store.spend import SpendRecords
 from aijobs_cli.models import models_app
@@ -62,7 +63,7 @@ for sub, name in (
     app.add_typer(sub, name=name)
 
 out = Console(soft_wrap=True)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an id in a message stays on one line
 
 
 @app.callback()
@@ -72,22 +73,23 @@ def _quiet_library(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand == "dev":
         return
     import os
-    import sys
 
     from aijobs.observability import logger
 
-    class _Stderr:
-        """Whatever sys.stderr is at the time of writing (test runners swap it)."""
-
-        def write(self, text: str) -> int:
-            return sys.stderr.write(text)
-
-        def flush(self) -> None:
-            sys.stderr.flush()
-
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     logger.setLevel("WARNING")
-    logger.registered_handler.setStream(_Stderr())  # type: ignore[attr-defined]
+    logger.registered_handler.setStream(CurrentStderr())  # type: ignore[attr-defined]
+
+
+class CurrentStderr:
+    """A log stream writing to whatever sys.stderr is at the time of writing (test runners swap
+    it; a handler given sys.stderr itself would keep writing to the one it was given)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 InfoFile = Annotated[Path | None, typer.Option("--info-file", help="connection file written by `aijobs dev`")]
@@ -100,9 +102,36 @@ AsJson = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 DEFAULT_INFO = Path(".aijobs/local.json")
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
+# Exit codes (README "Operating the DLQ"). 1 and 2 are click's own: an error, a usage error.
+EXIT_ERROR = 1  # the CLI refused the input, the API or AWS could not be reached, or answered 5xx
+EXIT_USAGE = 2  # a usage error (click's code), or a request the API refused (4xx)
+EXIT_TIMED_OUT = 3  # `submit --wait`: the job had not finished in time (`demo`: a job unfinished)
+EXIT_FAILED = 4  # `submit --wait`: the job ended failed_final
+EXIT_CANCELLED = 5  # `submit --wait`: the job ended failed_final because its owner cancelled it
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> typer.Exit:
     err.print(f"[red]error:[/red] {message}")
     return typer.Exit(code)
+
+
+def whole(name: str, values: Iterable[str]) -> Column:
+    """A column never cut or wrapped: ids, kinds and users, which the next command takes whole."""
+    return Column(name, no_wrap=True, min_width=max([len(name), *(len(value) for value in values)]))
+
+
+def folded(name: str, **options: Any) -> Column:
+    """A column whose cells wrap (long words folded) as narrow as its heading."""
+    return Column(name, overflow="fold", min_width=len(name), **options)
+
+
+def _print_table(table: Table) -> None:
+    """Print `table` at the console's width, or wider when its columns' minimum widths need more
+    (rich would otherwise cut the whole columns' cells to fit)."""
+    needed = sum((column.min_width or 1) + 3 for column in table.columns) + 1  # padding, rules
+    if needed > out.width:
+        table.width = needed
+    out.print(table)
 
 
 def _target(
@@ -144,7 +173,11 @@ def _request(
 
 def _api_error(response: ApiResponse) -> typer.Exit:
     body = response.body if isinstance(response.body, dict) else {"message": response.body}
-    return _fail(escape(f"{response.status} {body.get('code', '')}: {body.get('message', body)}"), 2)
+    message = f"{response.status} {body.get('code', '')}: {body.get('message', body)}"
+    details = body.get("details")
+    if isinstance(details, dict) and isinstance(details.get("kinds"), list):
+        message += f"; kinds: {', '.join(map(str, details['kinds']))}"
+    return _fail(escape(message), EXIT_USAGE if response.status < 500 else EXIT_ERROR)
 
 
 def _api(
@@ -266,6 +299,7 @@ def new_kind(
     capability: Annotated[
         str, typer.Option("--capability", "-c", help="text, embedding, image, speech or video")
     ] = "text",
+    as_json: AsJson = False,
 ) -> None:
     """Scaffold a job kind: its module under aijobs/kinds/ and its entry in every stage file."""
     from aijobs_cdk import REPO_ROOT
@@ -275,12 +309,21 @@ def new_kind(
     try:
         made = scaffold(REPO_ROOT, name, capability)
     except ScaffoldError as error:
-        err.print(f"[red]new-kind:[/red] {error}")
-        raise typer.Exit(2) from None
-    out.print(f"wrote {made.module.relative_to(REPO_ROOT)}")
-    for path in made.stage_files:
-        out.print(f"added {name} to QUEUE_NAMES in {path.name}")
-    out.print(f'next: `aijobs dev`, then submit a job: {{"kind": "{name}", "input": "..."}}')
+        err.print(f"[red]new-kind:[/red] {escape(str(error))}")
+        raise typer.Exit(EXIT_USAGE) from None
+    result = {
+        "kind": name,
+        "module": str(made.module.relative_to(REPO_ROOT)),
+        "stageFiles": [path.name for path in made.stage_files],
+    }
+
+    def render(r: Any) -> None:
+        lines = [f"wrote {r['module']}"]
+        lines += [f"added {name} to QUEUE_NAMES in {stage_file}" for stage_file in r["stageFiles"]]
+        lines.append(f'next: `aijobs dev`, then submit a job: {{"kind": "{name}", "input": "..."}}')
+        out.print("\n".join(lines), markup=False, highlight=False)
+
+    _emit(result, as_json, render)
 
 
 @app.command()
@@ -444,12 +487,16 @@ def submit(
     """Submit a job, with TEXT as its input or with --file PATH uploaded first.
 
     Each --file run uploads a new object: re-running it with the same --idempotency-key is a
-    409 (same key, another inputRef), not a replay.
+    409 (same key, another inputRef), not a replay. With --wait the exit code says how the job
+    ended: 0 succeeded, 3 not finished within --timeout, 4 failed, 5 cancelled.
     """
     if (text is None) == (file is None):
         raise _fail("give the input as TEXT or as --file PATH (one of them)")
     options = _parse_options(option)
     target = _target(info_file, api_url, api_key)
+    if target.queue_urls and kind not in target.queue_urls:
+        # Known before anything is uploaded (a deployed stage's API says the same, with its kinds).
+        raise _fail(f"unknown kind {escape(repr(kind))}; kinds: {', '.join(target.queue_urls)}", EXIT_USAGE)
     payload: dict[str, Any] = {"kind": kind, "options": options}
     if file is not None:
         payload["inputRef"] = _upload_input(target, file, content_type)
@@ -457,9 +504,36 @@ def submit(
         payload["input"] = text
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     body = _api(target, "POST", "/jobs", payload, headers)
-    if wait:
-        body = _wait(target, body["jobId"], timeout)
-    _emit(body, as_json, lambda b: out.print(escape(job_line(b))))
+    if not wait:
+        _emit(body, as_json, lambda b: out.print(escape(job_line(b))))
+        return
+    job = _wait(target, body["jobId"], timeout)
+    _emit(job, as_json, lambda b: out.print(escape(job_line(b))))
+    code = wait_exit_code(job)
+    if code == EXIT_TIMED_OUT:
+        err.print(
+            escape(
+                f"{job['jobId']} is still {job['status']} after {timeout:g} s: aijobs status {job['jobId']}"
+            ),
+            highlight=False,
+        )
+    elif code != 0:
+        err.print(
+            escape(f"{job['jobId']} {job['status']}: {job.get('lastErrorClass') or ''}: "
+                   f"{job.get('lastErrorMessage') or ''}"),
+            highlight=False,
+        )  # fmt: skip
+    if code:
+        raise typer.Exit(code)
+
+
+def wait_exit_code(job: Mapping[str, Any]) -> int:
+    """How `submit --wait` exits for the job it waited for (README "Operating the DLQ")."""
+    if job["status"] == JobStatus.SUCCEEDED:
+        return 0
+    if job["status"] != JobStatus.FAILED_FINAL:
+        return EXIT_TIMED_OUT
+    return EXIT_CANCELLED if job.get("lastErrorClass") == CANCELLED else EXIT_FAILED
 
 
 # The API's longest long-poll (GET /jobs/{id}?wait=N).
@@ -505,7 +579,12 @@ def _consumers_status(target: Target, as_json: bool) -> None:
     data = {"consumers": {kind: records.state(kind).as_dict() for kind in target.queue_urls}}
 
     def render(data: Any) -> None:
-        table = Table("kind", "max concurrency", "last change", "reason")
+        table = Table(
+            whole("kind", data["consumers"]),
+            folded("max concurrency"),
+            folded("last change"),
+            folded("reason"),
+        )
         for kind, state in data["consumers"].items():
             value = state["maxConcurrency"]
             table.add_row(
@@ -514,7 +593,7 @@ def _consumers_status(target: Target, as_json: bool) -> None:
                 state["changedAt"] or "",
                 escape(state["reason"]),
             )
-        out.print(table)
+        _print_table(table)
         for kind, state in data["consumers"].items():
             for change in state["history"]:
                 out.print(
@@ -565,12 +644,12 @@ def children(
 
     def render(data: Any) -> None:
         table = Table(
-            "part",
-            Column("jobId", no_wrap=True, min_width=32),  # ids stay whole, to copy
-            Column("status", no_wrap=True, min_width=12),
-            "attempts",
-            "error",
-            "finished",
+            folded("part"),
+            whole("jobId", [job["jobId"] for job in data["jobs"]]),
+            whole("status", [job["status"] for job in data["jobs"]]),
+            folded("attempts"),
+            folded("error"),
+            folded("finished"),
         )
         for job in data["jobs"]:
             table.add_row(
@@ -581,7 +660,7 @@ def children(
                 escape(job.get("lastErrorClass") or ""),
                 job.get("finishedAt") or "",
             )
-        out.print(table)
+        _print_table(table)
         if data["nextCursor"]:
             out.print(
                 f"more: aijobs children {job_id} --cursor {data['nextCursor']}  (or --all)",
@@ -625,17 +704,25 @@ def list_jobs(
     page = _api(_target(info_file, api_url, api_key), "GET", f"/jobs?{query}")
 
     def render(data: Any) -> None:
-        table = Table("jobId", "kind", "status", "attempts", "error", "created")
-        for job in data["jobs"]:
+        jobs = data["jobs"]
+        table = Table(
+            whole("jobId", [job["jobId"] for job in jobs]),
+            whole("kind", [job["kind"] for job in jobs]),
+            whole("status", [job["status"] for job in jobs]),
+            folded("attempts"),
+            folded("error"),
+            folded("created"),
+        )
+        for job in jobs:
             table.add_row(
-                job["jobId"],
-                job["kind"],
+                escape(job["jobId"]),
+                escape(job["kind"]),
                 job["status"],
                 str(job["attempts"]),
-                job.get("lastErrorClass") or "",
+                escape(job.get("lastErrorClass") or ""),
                 job["createdAt"],
             )
-        out.print(table)
+        _print_table(table)
 
     _emit(page, as_json, render)
 
@@ -674,35 +761,66 @@ def dlq_list(
     ]
 
     def render(data: Any) -> None:
+        def ids(key: str) -> list[str]:
+            return [e.get(key) or "" for e in data]
+
         table = Table(
-            "when", "kind", "jobId", "parent", "userId", "attempts", "error class", "message", "status now",
-            "resolution",
+            folded("when"), whole("kind", ids("kind")), whole("jobId", ids("job_id")),
+            whole("parent", ids("parent_id")), whole("userId", ids("user_id")), folded("attempts"),
+            folded("error class"), folded("message"), folded("status now"), folded("resolution"),
         )  # fmt: skip
         for e in data:
             message = escape((e.get("last_error_message") or "")[:60])
             table.add_row(
                 e["dead_lettered_at"],
-                e["kind"],
-                e["job_id"],
-                e.get("parent_id") or "",
-                e.get("user_id") or "",
+                escape(e["kind"]),
+                escape(e["job_id"]),
+                escape(e.get("parent_id") or ""),
+                escape(e.get("user_id") or ""),
                 str(e["attempts"]),
-                e.get("last_error_class") or "",
+                escape(e.get("last_error_class") or ""),
                 message,
                 e.get("job_status") or "-",
                 e["resolution"],
             )
-        out.print(table)
+        _print_table(table)
 
     _emit(entries, as_json, render)
 
 
-def _operate(action: Any, as_json: bool) -> None:
+def _operate(action: Any, as_json: bool, text: Any) -> None:
+    """Run an operator action; print its result as JSON or as the line(s) `text(result)` makes."""
     try:
         result = action()
     except AijobsError as error:
         raise _fail(str(error)) from None
-    _emit(result, as_json, lambda r: out.print(r))
+    _emit(result, as_json, lambda r: out.print(text(r), markup=False, highlight=False))
+
+
+def rerun_text(result: Mapping[str, Any]) -> str:
+    """`aijobs rerun`'s line: the job, its status, and whether the tenant pays again."""
+    previous = result.get("previousErrorClass") or "none"
+    charge = "not charged again" if result.get("chargeWaived") else "settled or refunded as usual"
+    return (
+        f"{result['jobId']}  {result['status']}  "
+        f"(re-run {result['reruns']}, previous error {previous}, {charge})"
+    )
+
+
+def redrive_text(result: Mapping[str, Any]) -> str:
+    """`aijobs redrive`'s lines: what matched, what was re-run, skipped or left alone."""
+    lines = [
+        f"dry run: {result['matched']} job(s) match; --execute re-runs them"
+        if result["dryRun"]
+        else f"{result['matched']} matched, {len(result['rerun'])} re-run, {len(result['skipped'])} skipped"
+    ]
+    if result["leftAlone"]:
+        alone = ", ".join(f"{count} {reason}" for reason, count in sorted(result["leftAlone"].items()))
+        lines.append(f"left alone: {alone}")
+    lines.extend(f"re-run: {job_id}" + ("  (not charged again)" if job_id in result["waived"] else "")
+                 for job_id in result["rerun"])  # fmt: skip
+    lines.extend(f"skipped (changed meanwhile): {job_id}" for job_id in result["skipped"])
+    return "\n".join(lines)
 
 
 @app.command()
@@ -725,7 +843,7 @@ def rerun(
             "previousErrorClass": job.previous_error_class, "chargeWaived": job.charge_waived,
         }  # fmt: skip
 
-    _operate(action, as_json)
+    _operate(action, as_json, rerun_text)
 
 
 @app.command()
@@ -775,7 +893,7 @@ def redrive(
             "waived": report.waived,
         }
 
-    _operate(action, as_json)
+    _operate(action, as_json, redrive_text)
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -800,7 +918,7 @@ def fail_final(
         job = target.operator().fail_final(user, job_id, reason)
         return {"jobId": job.job_id, "status": job.status.value, "chargeState": job.charge_state}
 
-    _operate(action, as_json)
+    _operate(action, as_json, lambda r: f"{r['jobId']}  {r['status']}  (charge {r['chargeState']})")
 
 
 @app.command()
@@ -1030,7 +1148,12 @@ def _render_spend(data: Mapping[str, Any]) -> None:
         f"day {data['day']} ({data['timeZone']})"
         + (f", resets at {data['resetsAt']}" if data["resetsAt"] else "")
     )
-    table = Table("who", "spent (USD)", "cap (USD)", "state")
+    table = Table(
+        whole("who", ["stage", *(tenant["userId"] for tenant in data["tenants"])]),
+        folded("spent (USD)"),
+        folded("cap (USD)"),
+        folded("state"),
+    )
 
     def state(row: Mapping[str, Any]) -> str:
         return "released" if row["released"] else "HELD: jobs wait" if row["held"] else "running"
@@ -1039,7 +1162,7 @@ def _render_spend(data: Mapping[str, Any]) -> None:
     table.add_row("stage", stage["spentUsd"], cap, state(stage))
     for tenant in data["tenants"]:
         table.add_row(escape(tenant["userId"]), tenant["spentUsd"], tenant["capUsd"], state(tenant))
-    out.print(table)
+    _print_table(table)
 
 
 @spend_app.callback()
@@ -1161,7 +1284,34 @@ def credits_show(
 ) -> None:
     """Your balance, grants and recent transactions."""
     body = _api(_target(info_file, api_url, api_key), "GET", "/credits")
-    _emit(body, as_json, lambda b: out.print_json(json.dumps(b)))
+    _emit(body, as_json, _render_credits)
+
+
+def _render_credits(data: Mapping[str, Any]) -> None:
+    out.print(f"balance: {data['balance']} credits", markup=False, highlight=False)
+    grants = Table(
+        whole("grant", [g["grantId"] for g in data["grants"]]), folded("amount"), folded("remaining"),
+        folded("expires"), title="grants",
+    )  # fmt: skip
+    for grant in data["grants"]:
+        expires = str(grant["expiresAt"]) + (" (expired)" if grant["expired"] else "")
+        grants.add_row(escape(grant["grantId"]), str(grant["amount"]), str(grant["remaining"]), expires)
+    _print_table(grants)
+    transactions = Table(
+        folded("when"), folded("type"), folded("amount"),
+        whole("jobId", [t.get("jobId") or "" for t in data["transactions"]]), title="recent transactions",
+    )  # fmt: skip
+    for tx in data["transactions"]:
+        transactions.add_row(
+            str(tx["createdAt"]), tx["type"], str(tx["amount"]), escape(tx.get("jobId") or "")
+        )
+    _print_table(transactions)
+    prices = ", ".join(f"{kind} {price}" for kind, price in sorted(data.get("prices", {}).items()))
+    out.print(f"prices (credits per job): {prices or 'none'}", markup=False, highlight=False)
+    if data.get("spendCounted"):
+        days = data.get("spendByDay") or []
+        spent = ", ".join(f"{day['day']} ${day['usd']:.2f}" for day in days) or "none in 30 days"
+        out.print(f"model spend by day: {spent}", markup=False, highlight=False)
 
 
 @cron_app.command("run")
@@ -1220,6 +1370,7 @@ def config_retention(
     stack: Stack = None,
     profile: Profile = None,
     region: Region = None,
+    as_json: AsJson = False,
 ) -> None:
     """Set the retention the */10 job reads from the meta table (it fails loudly without it)."""
     from aijobs import aws
@@ -1232,7 +1383,11 @@ def config_retention(
         credit_tx_retention_days=tx_days,
         ai_task_retention_days=task_days,
     )
-    out.print(f"retention: credit transactions {tx_days} days, AI tasks {task_days} days")
+    _emit(
+        {"creditTxRetentionDays": tx_days, "aiTaskRetentionDays": task_days},
+        as_json,
+        lambda _r: out.print(f"retention: credit transactions {tx_days} days, AI tasks {task_days} days"),
+    )
 
 
 # --- cost ----------------------------------------------------------------------------------------
@@ -1484,6 +1639,7 @@ def sam_env(
             help="how a SAM container reaches this machine (127.0.0.1 with `--docker-network host`)",
         ),
     ] = "host.docker.internal",
+    as_json: AsJson = False,
 ) -> None:
     """Write the `sam local invoke --env-vars` file: each function's environment with real names,
     from a deployed stack (--stack) or the local stack (--info-file, the default)."""
@@ -1498,13 +1654,20 @@ def sam_env(
         )  # fmt: skip
     except env_file.SamEnvError as error:
         raise _fail(str(error)) from None
-    out.print(escape(env_file.usage(written)))
+    result = {
+        "envFile": str(written.env_file),
+        "template": str(written.template),
+        "eventsDir": str(written.events_dir),
+        "events": written.events,
+    }
+    _emit(result, as_json, lambda _r: out.print(env_file.usage(written), markup=False, highlight=False))
 
 
 @app.command()
 def events(
     stage: Annotated[str, typer.Option(help="write the events of .env.<stage>'s kinds and crons")] = "dev",
     out_dir: Annotated[Path, typer.Option("--out", help="folder to write them to")] = Path(".aijobs/events"),
+    as_json: AsJson = False,
 ) -> None:
     """Write the sample events for `sam local invoke -e`: an SQS batch per job kind of the stage
     (`sqs-<kind>-batch.json`, from the queue `aijobs-<stage>-<kind>`), the input of each cron's
@@ -1517,9 +1680,9 @@ def events(
         written = write_events(out_dir, stage_events(load_stage_config(stage)))
     except (ConfigError, ValueError) as error:
         raise _fail(str(error)) from None
-    out.print(escape(f"wrote {len(written)} sample events to {out_dir}"))
-    for path in written:
-        out.print(escape(f"  {path.name}"))
+    result = {"outDir": str(out_dir), "events": [path.name for path in written]}
+    lines = [f"wrote {len(written)} sample events to {out_dir}", *(f"  {name}" for name in result["events"])]
+    _emit(result, as_json, lambda _r: out.print("\n".join(lines), markup=False, highlight=False))
 
 
 # --- demo ----------------------------------------------------------------------------------------
@@ -1651,22 +1814,42 @@ def demo(
     }
 
     def render(data: Any) -> None:
-        table = Table("case", "kind", "outcome", "attempts", "latency s")
-        for r in data["jobsDetail"]:
+        detail = data["jobsDetail"]
+        table = Table(
+            folded("case"),
+            whole("jobId", [r["jobId"] for r in detail]),
+            folded("kind"),
+            folded("outcome"),
+            folded("attempts"),
+            folded("latency s"),
+        )
+        for r in detail:
             table.add_row(
                 r["case"],
+                r["jobId"],
                 r["kind"],
                 r["outcome"],
                 str(r["attempts"]),
                 f"{r['latencySeconds']:.1f}" if r["latencySeconds"] is not None else "-",
             )
-        out.print(table)
-        out.print(f"outcomes: {data['outcomes']}   p50 {data['p50Seconds']} s   p95 {data['p95Seconds']} s")
+        _print_table(table)
+        out.print(
+            f"outcomes: {outcomes_text(data['outcomes'])}   p50 {data['p50Seconds']} s   "
+            f"p95 {data['p95Seconds']} s",
+            markup=False,
+            highlight=False,
+        )
         _render_report(data["report"])
 
     _emit(summary, as_json, render)
     if any(r["outcome"] == "unfinished" for r in rows) or report_entry["outcome"] == "unfinished":
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_TIMED_OUT)
+
+
+def outcomes_text(outcomes: Mapping[str, int]) -> str:
+    """`7 succeeded, 1 failed_final, 2 dead-lettered`: the demo's outcome counts, most first."""
+    ordered = sorted(outcomes.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{count} {outcome}" for outcome, count in ordered) or "no jobs"
 
 
 def _outcome(job: Mapping[str, Any] | None) -> str:

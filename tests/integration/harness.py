@@ -294,13 +294,21 @@ def running_local_stack(
     """A quiet local stack (the `local` stage with FAST retries, and `values` over them) whose info
     file is in `folder`, with the process state it changes restored afterwards; `options` are
     LocalStack's own (e.g. `long_poll_seconds`)."""
+    from aijobs.observability import logger
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cli.local_stack import LocalStack
+    from aijobs_cli.main import CurrentStderr
 
     config = load_stage_config("local", {**FAST, **(values or {})})
     local = LocalStack(config, port=0, info_file=folder / "local.json", log=lambda _line: None, **options)
-    with restored_process_state(), local:
-        yield local
+    with restored_process_state():
+        # The stack's functions run as threads of this process while tests run the CLI in it
+        # (CliRunner swaps sys.stdout): their logs go to stderr and their EMF lines nowhere, so
+        # a CLI run's stdout is the CLI's alone, whatever the stack does meanwhile.
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+        logger.registered_handler.setStream(CurrentStderr())  # type: ignore[attr-defined]
+        with local:
+            yield local
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import socket
 import threading
@@ -113,6 +115,9 @@ def test_exhausted_retries_dead_letter_alert_and_rerun_succeeds(stack: LocalStac
     listed = runner.invoke(app, ["dlq", "list", "--info-file", str(stack.info_file), "--json"])
     assert listed.exit_code == 0, listed.output
     assert job_id in [entry["job_id"] for entry in json.loads(listed.stdout)]
+    shown = runner.invoke(app, ["dlq", "list", "--info-file", str(stack.info_file)])
+    assert shown.exit_code == 0, shown.output
+    assert {job_id, DEMO_USER, "summary"} <= set(shown.stdout.split()), shown.stdout  # whole, to paste
     rerun = runner.invoke(
         app, ["rerun", job_id, "--user", DEMO_USER, "--info-file", str(stack.info_file), "--json"]
     )
@@ -148,7 +153,7 @@ def test_a_fired_cron_run_expires_due_credits(stack: LocalStack, client: Target)
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["submit", "no-such-kind", "x"], 2, "unknown_kind"),
+        (["submit", "no-such-kind", "x"], 2, "unknown kind 'no-such-kind'; kinds: "),
         (["cron", "run", "0 0 * * *"], 1, "no scheduled job is registered"),
         (["redrive", "--kind", "nope"], 1, "unknown kind"),
         (["rerun", "01NOSUCHJOB", "--user", DEMO_USER], 1, "no job"),
@@ -160,6 +165,44 @@ def test_cli_bad_input_exits_non_zero_with_a_message(
     result = CliRunner().invoke(app, [*args, "--info-file", str(stack.info_file)])
     assert result.exit_code == code
     assert message in result.output
+
+
+def test_cli_names_the_kinds_a_deployed_stage_s_api_refuses_a_kind_for(stack: LocalStack) -> None:
+    """`--api-url` knows no kinds beforehand: the API's 422 names them and the CLI prints them."""
+    result = CliRunner().invoke(
+        app, ["submit", "no-such-kind", "x", "--api-url", stack.api_url, "--api-key", stack.api_key]
+    )
+    assert result.exit_code == 2, result.output
+    kinds = ", ".join(stack.config.queue_names)
+    assert f"422 unknown_kind: unknown kind 'no-such-kind'; kinds: {kinds}\n" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "status", "error_class"),
+    [(TEXT, 0, "succeeded", None), ("#fail:400 " + TEXT, 4, "failed_final", "invalid_input")],
+    ids=["succeeded", "failed"],
+)
+def test_submit_wait_exits_with_how_the_job_ended(
+    stack: LocalStack, text: str, code: int, status: str, error_class: str | None
+) -> None:
+    """The job runs in this process, whose functions log while the CLI prints: stdout is the
+    CLI's JSON alone."""
+    result = CliRunner().invoke(
+        app, ["submit", "summary", text, "--wait", "--json", "--info-file", str(stack.info_file)]
+    )
+    assert result.exit_code == code, result.output
+    job = json.loads(result.stdout)
+    assert (job["status"], job.get("lastErrorClass")) == (status, error_class)
+
+
+def test_the_in_process_stack_writes_nothing_to_stdout(stack: LocalStack, client: Target) -> None:
+    """What a CLI run captures as its stdout (CliRunner swaps sys.stdout) stays the CLI's: the
+    stack's functions log to stderr and emit no EMF lines while a job runs through all of them."""
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        job = _wait(client, _submit(client, "summary", "#fail:503x1 " + TEXT))
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)
+    assert captured.getvalue() == ""
 
 
 def test_cli_without_a_running_stack_says_how_to_start_it(tmp_path: Path) -> None:
