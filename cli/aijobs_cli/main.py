@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta, tzinfo
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,6 +31,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Column, Table
 
+from aijobs.bounds import (
+    AI_TASK_RETENTION_DAYS,
+    CREDIT_GRANT,
+    CREDIT_GRANT_DAYS,
+    CREDIT_TX_RETENTION_DAYS,
+    SPEND_CAP_USD,
+    TENANT_MAX_RUNNING,
+    Bound,
+    BoundError,
+)
 from aijobs.domain import JobStatus
 from aijobs.errors import CANCELLED, AijobsError
 from aijobs.stage_config import ConfigError
@@ -152,6 +162,22 @@ def _target(
         return Target.from_info_file(info_file or DEFAULT_INFO)
     except TargetError as error:
         raise _fail(str(error)) from None
+
+
+def _within(bound: Bound, help_text: str) -> dict[str, Any]:
+    """A typer option or argument for a whole-number bound of aijobs.bounds (README "Bounds of
+    what operators set"): its range in the help, and a value outside refused with the bound's
+    message (exit 2) before anything is touched."""
+
+    def check(value: int | None) -> int | None:
+        if value is None:
+            return None
+        try:
+            return bound.whole(value)
+        except BoundError as error:
+            raise typer.BadParameter(str(error)) from None
+
+    return {"callback": check, "help": f"{help_text} ({bound.low}-{bound.high} {bound.unit})"}
 
 
 def _emit(data: Any, as_json: bool, render: Any = None) -> None:
@@ -1029,7 +1055,9 @@ def tenants_limit(
     user: str,
     max_running: Annotated[
         int | None,
-        typer.Option(min=0, help="this tenant's jobs running at once, per kind (0: no cap)"),
+        typer.Option(
+            **_within(TENANT_MAX_RUNNING, "this tenant's jobs running at once, per kind (0: no cap)")
+        ),
     ] = None,
     default: Annotated[
         bool, typer.Option("--default", help="back to the stage's TENANT_MAX_RUNNING")
@@ -1084,14 +1112,11 @@ def _spend_target(
 
 
 def _usd(text: str) -> Decimal:
-    """An amount from the command line: a plain non-negative number of dollars."""
+    """An amount from the command line: a plain number of dollars within SPEND_CAP_USD."""
     try:
-        amount = Decimal(text.strip())
-    except InvalidOperation:
-        raise _fail(f"--usd {text!r} is not an amount in USD (e.g. 250 or 12.5)", 2) from None
-    if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6:  # type: ignore[operator]
-        raise _fail(f"--usd {text!r} must be an amount of 0 or more, with at most 6 decimals", 2)
-    return amount
+        return SPEND_CAP_USD.check(text)
+    except BoundError as error:
+        raise _fail(f"--usd: {error} (e.g. 250 or 12.5)", 2) from None
 
 
 def _known_tenant(target: Target, user: str) -> None:
@@ -1257,8 +1282,8 @@ def spend_release(
 @credits_app.command("grant")
 def credits_grant(
     user: str,
-    amount: Annotated[int, typer.Argument(min=1)],
-    days: Annotated[int, typer.Option(min=1, help="days until the credits expire")] = 30,
+    amount: Annotated[int, typer.Argument(**_within(CREDIT_GRANT, "credits to grant"))],
+    days: Annotated[int, typer.Option(**_within(CREDIT_GRANT_DAYS, "days until the credits expire"))] = 30,
     info_file: InfoFile = None,
     stack: Stack = None,
     profile: Profile = None,
@@ -1363,9 +1388,15 @@ def cron_run(
 @config_app.command("retention")
 def config_retention(
     tx_days: Annotated[
-        int, typer.Option("--credit-tx-days", min=1, help="keep credit transactions this long")
+        int,
+        typer.Option(
+            "--credit-tx-days", **_within(CREDIT_TX_RETENTION_DAYS, "keep credit transactions this long")
+        ),
     ],
-    task_days: Annotated[int, typer.Option("--ai-task-days", min=1, help="keep finished AI tasks this long")],
+    task_days: Annotated[
+        int,
+        typer.Option("--ai-task-days", **_within(AI_TASK_RETENTION_DAYS, "keep finished AI tasks this long")),
+    ],
     info_file: InfoFile = None,
     stack: Stack = None,
     profile: Profile = None,

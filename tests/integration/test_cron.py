@@ -101,7 +101,10 @@ def test_every_shipped_cron_has_a_handler() -> None:
 @pytest.mark.parametrize(
     "item",
     [None, {"credit_tx_retention_days": 90}, {"credit_tx_retention_days": 0, "ai_task_retention_days": 30},
-     {"credit_tx_retention_days": "ninety", "ai_task_retention_days": 30}],
+     {"credit_tx_retention_days": "ninety", "ai_task_retention_days": 30},
+     # Outside aijobs.bounds (written around `aijobs config retention`, which refuses them).
+     {"credit_tx_retention_days": 3_000_000, "ai_task_retention_days": 30},
+     {"credit_tx_retention_days": 90, "ai_task_retention_days": 3651}],
 )  # fmt: skip
 def test_missing_or_invalid_retention_fails_the_run_loudly(
     stage: Stage, item: dict[str, Any] | None, capfd: pytest.CaptureFixture[str]

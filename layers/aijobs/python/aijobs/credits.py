@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.conditions import Key
 
+from aijobs.bounds import CREDIT_GRANT
 from aijobs.errors import PaymentRequiredError
 from aijobs.ids import new_job_id
 from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, IndexBuckets, iso, parse_iso, query_buckets, user_pk
@@ -146,9 +147,9 @@ class CreditLedger:
     # --- grants ------------------------------------------------------------------------------
 
     def grant(self, user_id: str, amount: int, expires_at: datetime, *, grant_id: str | None = None) -> str:
-        """Add credits that expire at `expires_at`. A repeated `grant_id` is refused (idempotent)."""
-        if amount <= 0:
-            raise ValueError("a grant must be positive")
+        """Add credits that expire at `expires_at`. A repeated `grant_id` is refused (idempotent).
+        BoundError (a ValueError) for an amount outside aijobs.bounds, and nothing is written."""
+        amount = CREDIT_GRANT.whole(amount)
         now = self._clock()
         if expires_at <= now:
             raise ValueError("a grant must expire in the future")

@@ -24,6 +24,7 @@ from aijobs.bindings import binding_name as binding_name
 from aijobs.bindings import parse_prices as parse_prices
 from aijobs.bindings import queue_name_of as queue_name_of
 from aijobs.bindings import split_list as split_list
+from aijobs.bounds import SPEND_CAP_USD, TENANT_MAX_RUNNING, BoundError
 from aijobs.cron import CronError, CronExpression, parse_cron
 from aijobs.kinds.base import KIND_NAME_PATTERN, Tuning
 from aijobs.provider_plan import (
@@ -96,8 +97,12 @@ INT_KEYS: dict[str, _IntKey] = {
     "THROTTLE_DELAY_SECONDS": _IntKey(60, 0, 43_200, "back-off of a 429 without Retry-After (doubles)"),
     "PROVIDER_RECHECK_SECONDS": _IntKey(30, 0, 900, "re-check interval of a provider task still running"),
     "STUCK_QUEUED_SECONDS": _IntKey(900, 1, 86_400, "age at which the sweeper re-sends a queued job"),
+    # Its bounds are a tenant's own cap's (aijobs.bounds), which `aijobs tenants limit` sets.
     "TENANT_MAX_RUNNING": _IntKey(
-        0, 0, 10_000, "jobs of one tenant running at once, per kind (0: no cap; per tenant: aijobs tenants)"
+        0,
+        int(TENANT_MAX_RUNNING.low),
+        int(TENANT_MAX_RUNNING.high),
+        "jobs of one tenant running at once, per kind (0: no cap; per tenant: aijobs tenants)",
     ),
     "TENANT_HOLD_SECONDS": _IntKey(
         30, 1, 900, "how long a job of a tenant at its running cap waits before it is tried again"
@@ -743,17 +748,19 @@ def _max_concurrency(raw: str | None) -> int | None:
     return int(text)
 
 
-_USD = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
-
-
 def _spend_cap(raw: str | None) -> str:
+    """SPEND_DAILY_CAP_USD: empty, or an amount within the bounds of the caps operators set
+    (aijobs.bounds), so the day's cap and the configured one are the same kind of number."""
     text = (raw or "").strip()
-    if text and not _USD.fullmatch(text):
+    if not text:
+        return text
+    try:
+        return str(SPEND_CAP_USD.check(text))
+    except BoundError as error:
         raise ConfigError(
             f"SPEND_DAILY_CAP_USD={text!r} must be empty (no spend brake) or an amount in USD "
-            "such as 250 or 12.5"
-        )
-    return text
+            f"such as 250 or 12.5: {error}"
+        ) from None
 
 
 def _spend_time_zone(raw: str | None) -> str:

@@ -2,10 +2,12 @@
 (`CONFIG` / `retention`, set with `aijobs config retention`).
 
 The `*/10` maintenance run reads it once per run and fails loudly when it is missing or invalid
-(DESIGN.md §7). The functions that finish jobs and move credits read it too, cached per container
-for `RETENTION_CACHE_SECONDS`, to stamp each finished job row and each credit transaction with its
-DynamoDB TTL (`ttl`): DynamoDB then removes the row itself, free and at any rate, typically within
-two days of the time. The maintenance run's clean-up stays as the backstop for rows without one.
+(DESIGN.md §7): outside its bounds (aijobs.bounds) counts as invalid. The functions that finish jobs
+and move credits read it too, cached per container for `RETENTION_CACHE_SECONDS`, to stamp each
+finished job row and each credit transaction with its DynamoDB TTL (`ttl`): DynamoDB then removes
+the row itself, free and at any rate, typically within two days of the time. The maintenance run's
+clean-up stays as the backstop for rows without one, which is also what a user's request falls back
+to when the item is invalid: no TTL, and an error log, never a failed request.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from aijobs.bounds import AI_TASK_RETENTION_DAYS, CREDIT_TX_RETENTION_DAYS, INVALID_STORED, BoundError
 from aijobs.errors import AijobsError
+from aijobs.observability import logger
 from aijobs.store.keys import CONFIG_PK, PK, SK
 
 if TYPE_CHECKING:
@@ -40,6 +44,11 @@ class Retention:
 
 #: The item's key in the meta table.
 RETENTION_KEY = {PK: CONFIG_PK, SK: RETENTION_SK}
+#: Its attributes and their bounds (aijobs.bounds).
+_FIELDS = {
+    "credit_tx_retention_days": CREDIT_TX_RETENTION_DAYS,
+    "ai_task_retention_days": AI_TASK_RETENTION_DAYS,
+}
 
 
 def read_retention(meta: Table) -> Retention:
@@ -54,22 +63,21 @@ def parse_retention(item: Mapping[str, Any] | None) -> Retention:
             f"meta table has no {CONFIG_PK}/{RETENTION_SK} item; set it with `aijobs config retention`"
         )
     values = {}
-    for name in ("credit_tx_retention_days", "ai_task_retention_days"):
-        raw = item.get(name)
+    for name, bound in _FIELDS.items():
         try:
-            days = int(str(raw))
-        except ValueError:
-            raise RetentionConfigError(f"{name}={raw!r} is not a whole number of days") from None
-        if days < 1:
-            raise RetentionConfigError(f"{name}={days} must be at least 1 day")
-        values[name] = days
+            values[name] = bound.whole(item.get(name))
+        except BoundError as error:
+            raise RetentionConfigError(
+                f"{name} in {CONFIG_PK}/{RETENTION_SK}: {error}; set it with `aijobs config retention`"
+            ) from None
     return Retention(values["credit_tx_retention_days"], values["ai_task_retention_days"])
 
 
 def write_retention(meta: Table, *, credit_tx_retention_days: int, ai_task_retention_days: int) -> None:
-    """Set the dynamic retention configuration (operators; the local stack seeds it)."""
-    if credit_tx_retention_days < 1 or ai_task_retention_days < 1:
-        raise ValueError("retention must be at least 1 day")
+    """Set the dynamic retention configuration (operators; the local stack seeds it). BoundError
+    (a ValueError) for a value outside aijobs.bounds, and nothing is written."""
+    credit_tx_retention_days = CREDIT_TX_RETENTION_DAYS.whole(credit_tx_retention_days)
+    ai_task_retention_days = AI_TASK_RETENTION_DAYS.whole(ai_task_retention_days)
     meta.put_item(
         Item={
             PK: CONFIG_PK,
@@ -83,7 +91,8 @@ def write_retention(meta: Table, *, credit_tx_retention_days: int, ai_task_reten
 class RetentionReader:
     """The retention as a container sees it: read on first use, then trusted for
     RETENTION_CACHE_SECONDS. Missing or invalid configuration gives None (no TTL: the row waits for
-    the maintenance run, which reports the configuration loudly) rather than failing a job.
+    the maintenance run, which reports the configuration loudly) rather than failing a job; an
+    invalid item is logged as an error each time it is read.
 
     A lookup the container makes anyway may bring the item along while it is `due()` and hand it to
     `accept()` (the Directory's first tenant lookups do: one request instead of two)."""
@@ -101,8 +110,17 @@ class RetentionReader:
         """Trust the item, read by someone else just now, for RETENTION_CACHE_SECONDS."""
         try:
             retention: Retention | None = parse_retention(item)
-        except RetentionConfigError:
+        except RetentionConfigError as error:
             retention = None
+            if item is not None:  # missing is the state before `aijobs config retention`
+                logger.error(
+                    INVALID_STORED,
+                    extra={
+                        "config": f"{CONFIG_PK}/{RETENTION_SK}",
+                        "fallback": "no TTL",
+                        "error": str(error),
+                    },
+                )
         self._cached = (retention, self._monotonic() + RETENTION_CACHE_SECONDS)
         return retention
 

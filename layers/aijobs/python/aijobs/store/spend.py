@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from aijobs.bounds import SPEND_CAP_USD, stored
 from aijobs.store.keys import PK, PROFILE_SK, SK, TTL_ATTRIBUTE, iso, user_pk
 
 if TYPE_CHECKING:
@@ -127,7 +128,12 @@ class SpendRecords:
         return DayState(
             day=day,
             stage_usd=total,
-            cap_usd=usd(state["cap_usd"]) if "cap_usd" in state else None,
+            cap_usd=stored(
+                SPEND_CAP_USD,
+                state.get("cap_usd"),
+                where=f"{day_pk(day)}/{STATE_SK}.cap_usd",
+                fallback="SPEND_DAILY_CAP_USD",
+            ),
             released=bool(state.get("released", False)),
             alerted_cap=usd(state["alerted_cap"]) if "alerted_cap" in state else None,
             released_tenants=frozenset(released),
@@ -164,8 +170,13 @@ class SpendRecords:
         while True:
             response = self._meta.query(**query)
             for item in response["Items"]:
-                if "spend_cap_usd" in item:
-                    caps[str(item["gsi1sk"])] = usd(item["spend_cap_usd"])  # type: ignore[arg-type]
+                user_id = str(item["gsi1sk"])
+                cap = stored(
+                    SPEND_CAP_USD, item.get("spend_cap_usd"), where=f"{user_id}/{PROFILE_SK}.spend_cap_usd",
+                    fallback="no own cap",
+                )  # fmt: skip
+                if cap is not None:
+                    caps[user_id] = cap
             if "LastEvaluatedKey" not in response:
                 return caps
             query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
@@ -205,7 +216,9 @@ class SpendRecords:
     # --- operator writes (the CLI) -------------------------------------------------------------
 
     def set_day_cap(self, day: str, cap: Decimal | None, now: datetime) -> None:
-        """The stage's cap for `day` (None: back to SPEND_DAILY_CAP_USD). A new cap ends a release."""
+        """The stage's cap for `day` (None: back to SPEND_DAILY_CAP_USD). A new cap ends a release.
+        BoundError (a ValueError) for a cap outside aijobs.bounds, and nothing is written."""
+        cap = _checked_cap(cap)
         if cap is None:
             update, values = "REMOVE cap_usd, released", {}
         else:
@@ -240,7 +253,9 @@ class SpendRecords:
 
     def set_tenant_cap(self, user_id: str, cap: Decimal | None, day: str) -> None:
         """A tenant's own daily cap on its profile (None: none); a new cap ends its release of the
-        day. Raises KeyError for an unknown user: a cap never creates a tenant."""
+        day. Raises KeyError for an unknown user: a cap never creates a tenant; BoundError (a
+        ValueError) for a cap outside aijobs.bounds, and nothing is written."""
+        cap = _checked_cap(cap)
         if cap is None:
             request: dict[str, Any] = {"UpdateExpression": "REMOVE spend_cap_usd, gsi1pk, gsi1sk"}
         else:
@@ -259,6 +274,11 @@ class SpendRecords:
                 raise KeyError(user_id) from None
             raise
         self._meta.delete_item(Key={PK: day_pk(day), SK: f"{TENANT_RELEASE_PREFIX}{user_id}"})
+
+
+def _checked_cap(cap: Decimal | None) -> Decimal | None:
+    """A cap an operator sets, within aijobs.bounds (BoundError, a ValueError, otherwise)."""
+    return None if cap is None else SPEND_CAP_USD.check(cap)
 
 
 def _expiry(now: datetime) -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from aijobs.bounds import SPEND_CAP_USD, TENANT_MAX_RUNNING, stored
 from aijobs.domain import utcnow
 from aijobs.errors import AijobsError
 from aijobs.ids import new_api_key
@@ -149,11 +150,22 @@ class Directory:
         if item is None:
             self._profiles.pop(user_id, None)
             return None
-        raw_cap = item.get("max_running")
+        # A limit written around the writers is read as absent (aijobs.bounds.stored logs it):
+        # the stage's TENANT_MAX_RUNNING, no own spend cap (the stage's cap still brakes).
+        where = f"{user_id}/{PROFILE_SK}"
+        raw_cap = stored(
+            TENANT_MAX_RUNNING, item.get("max_running"), where=f"{where}.max_running",
+            fallback="TENANT_MAX_RUNNING",
+        )  # fmt: skip
         profile = TenantProfile(
             shard=int(item["shard"]),
             max_running=None if raw_cap is None else int(raw_cap),
-            spend_cap_usd=Decimal(str(item["spend_cap_usd"])) if "spend_cap_usd" in item else None,
+            spend_cap_usd=stored(
+                SPEND_CAP_USD,
+                item.get("spend_cap_usd"),
+                where=f"{where}.spend_cap_usd",
+                fallback="no own cap",
+            ),
         )
         self._shard_of.setdefault(user_id, profile.shard)
         self._profiles[user_id] = (profile, self._monotonic() + PROFILE_CACHE_SECONDS)
@@ -161,9 +173,10 @@ class Directory:
 
     def set_max_running(self, user_id: str, cap: int | None) -> None:
         """Give a user its own running cap per kind (`None`: back to the stage's default).
-        Raises `KeyError` for an unknown user: a limit never creates a tenant."""
-        if cap is not None and cap < 0:
-            raise ValueError("a running cap is a whole number >= 0 (0: no cap)")
+        Raises `KeyError` for an unknown user: a limit never creates a tenant; BoundError (a
+        ValueError) for a cap outside aijobs.bounds, and nothing is written."""
+        if cap is not None:
+            cap = TENANT_MAX_RUNNING.whole(cap)
         request: dict[str, Any] = {
             "Key": {PK: user_pk(user_id), SK: PROFILE_SK},
             "ConditionExpression": "attribute_exists(pk)",
