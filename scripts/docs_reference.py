@@ -199,8 +199,8 @@ def metrics() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _subclasses(base: type) -> list[type]:
-    found: list[type] = []
+def _subclasses(base: Any) -> list[Any]:
+    found: list[Any] = []
     for cls in base.__subclasses__():
         found += [cls, *_subclasses(cls)]
     return found
@@ -217,7 +217,8 @@ def errors() -> str:
         "| --- | --- | --- |",
     ]
     seen: set[str] = set()
-    for cls in [e.ProviderError, *_subclasses(e.ProviderError)]:
+    provider_errors: list[Any] = [e.ProviderError, *_subclasses(e.ProviderError)]
+    for cls in provider_errors:
         if cls.error_class in seen:
             continue
         seen.add(cls.error_class)
