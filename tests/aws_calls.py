@@ -47,14 +47,26 @@ _TRANSACT_ITEM_ACTIONS = {
 _BATCH_WRITE_ACTIONS = {"PutRequest": "PutItem", "DeleteRequest": "DeleteItem"}
 
 
+# The account in the ARNs the recorder writes where a request names none (moto's default; the
+# infra tests resolve the template's AWS::AccountId to it too).
+ACCOUNT = "123456789012"
+# Where a cross-region inference profile is recorded to route a call: another region than the
+# caller's, as cross-region inference may pick any region of the profile's geography.
+PROFILE_DESTINATION_REGION = "us-west-2"
+
+
 @dataclass(frozen=True)
 class Access:
-    """One IAM action on one resource: `dynamodb:PutItem` on a table (and its leading key)."""
+    """One IAM action on one resource: `dynamodb:PutItem` on a table (and its leading key), or
+    (S3, Bedrock) on a resource ARN with the condition keys IAM sees in the request's context
+    (`bedrock:InferenceProfileArn` when a model is called through a profile)."""
 
     action: str
     table: str | None = None
     index: bool = False
     leading_key: str | None = None
+    resource: str | None = None
+    context: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -74,9 +86,11 @@ class CallLog:
         self.accesses.clear()
         self.measured.clear()
 
-    def record(self, service: str, operation: str, params: dict[str, Any]) -> None:
+    def record(
+        self, service: str, operation: str, params: dict[str, Any], region: str = "", presign: bool = False
+    ) -> None:
         self.calls.append((service, operation))
-        self.accesses.extend(_accesses(service, operation, params))
+        self.accesses.extend(_accesses(service, operation, params, region, presign))
         if self.keep_params is not None:
             self.keep_params.append((service, operation, copy.deepcopy(params)))
 
@@ -94,7 +108,99 @@ def _leading(key_or_item: dict[str, Any] | None) -> str | None:
     return str(_plain(key_or_item[PK]))
 
 
-def _accesses(service: str, operation: str, params: dict[str, Any]) -> list[Access]:
+# S3 operations authorized by another action than their name (Service Authorization Reference).
+_S3_ACTIONS = {
+    "HeadObject": "GetObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+    "ListObjects": "ListBucket",
+    "ListObjectsV2": "ListBucket",
+    "DeleteObjects": "DeleteObject",
+}
+_S3_BUCKET_OPERATIONS = {"ListObjects", "ListObjectsV2", "DeleteObjects"}
+
+
+def _s3_object(bucket: str, key: str) -> str:
+    return f"arn:aws:s3:::{bucket}/{key}"
+
+
+# The key of a presigned POST: botocore signs it as the bucket's `CreateBucket` (a POST to the
+# bucket) with only `Bucket` in the parameters; the key is in the form's fields.
+PRESIGNED_POST_KEY = "<presigned POST: the key in the form>"
+
+
+def _s3_accesses(operation: str, params: dict[str, Any], presign: bool = False) -> list[Access]:
+    bucket = str(params.get("Bucket", ""))
+    if presign and operation == "CreateBucket":
+        return [Access("s3:PutObject", resource=_s3_object(bucket, PRESIGNED_POST_KEY))]
+    action = "s3:" + _S3_ACTIONS.get(operation, operation)
+    if operation in _S3_BUCKET_OPERATIONS:
+        prefix = (("s3:prefix", str(params["Prefix"])),) if "Prefix" in params else ()
+        return [Access(action, resource=f"arn:aws:s3:::{bucket}", context=prefix)]
+    return [Access(action, resource=_s3_object(bucket, str(params.get("Key", ""))))]
+
+
+def model_accesses(model_id: str, region: str) -> list[Access]:
+    """What IAM checks for one model call (`bedrock:InvokeModel`, which Converse and
+    StartAsyncInvoke use too): a foundation model in the caller's region, or an inference profile
+    and then, in the region the profile routes to, its foundation model with the profile's ARN as
+    `bedrock:InferenceProfileArn`. Plain model ids only (`amazon.x`, `us.amazon.x`)."""
+    from aijobs.provider_plan import base_model_id, is_inference_profile
+
+    action = "bedrock:InvokeModel"
+    if not is_inference_profile(model_id):
+        return [Access(action, resource=f"arn:aws:bedrock:{region}::foundation-model/{model_id}")]
+    profile = f"arn:aws:bedrock:{region}:{ACCOUNT}:inference-profile/{model_id}"
+    routed = f"arn:aws:bedrock:{PROFILE_DESTINATION_REGION}::foundation-model/{base_model_id(model_id)}"
+    return [
+        Access(action, resource=profile),
+        Access(action, resource=routed, context=(("bedrock:InferenceProfileArn", profile),)),
+    ]
+
+
+def _bedrock_accesses(operation: str, params: dict[str, Any], region: str) -> list[Access]:
+    if operation in ("Converse", "ConverseStream", "InvokeModel", "InvokeModelWithResponseStream"):
+        return model_accesses(str(params["modelId"]), region)
+    if operation == "StartAsyncInvoke":
+        # `bedrock:InvokeModel` on the model and on the invocation it creates; Bedrock then writes
+        # the output into S3 as the caller (`s3:PutObject`, in a folder named after the invocation).
+        uri = str(params["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"]).removeprefix("s3://")
+        bucket, _, prefix = uri.partition("/")
+        invocation = f"arn:aws:bedrock:{region}:{ACCOUNT}:async-invoke/*"
+        return [
+            *model_accesses(str(params["modelId"]), region),
+            Access("bedrock:InvokeModel", resource=invocation),
+            Access(
+                "s3:PutObject", resource=_s3_object(bucket, f"{prefix.rstrip('/')}/<invocation>/output.mp4")
+            ),
+        ]
+    if operation == "GetAsyncInvoke":
+        return [Access("bedrock:GetAsyncInvoke", resource=str(params["invocationArn"]))]
+    if operation == "GetFoundationModel":
+        model = str(params["modelIdentifier"])
+        return [
+            Access(
+                "bedrock:GetFoundationModel", resource=f"arn:aws:bedrock:{region}::foundation-model/{model}"
+            )
+        ]
+    return [Access(f"bedrock:{operation}")]
+
+
+def _accesses(
+    service: str, operation: str, params: dict[str, Any], region: str = "", presign: bool = False
+) -> list[Access]:
+    if service == "s3":
+        return _s3_accesses(operation, params, presign)
+    if service in ("bedrock", "bedrock-runtime"):
+        return _bedrock_accesses(operation, params, region)
+    if service == "polly" and operation == "StartSpeechSynthesisTask":
+        # Polly writes the audio into S3 as the caller: `<prefix><task id>.<format>`.
+        audio = f"{params.get('OutputS3KeyPrefix', '')}<task>.{params.get('OutputFormat', 'mp3')}"
+        return [
+            Access("polly:StartSpeechSynthesisTask"),
+            Access("s3:PutObject", resource=_s3_object(str(params["OutputS3BucketName"]), audio)),
+        ]
     if service != "dynamodb":
         return [Access(f"{service}:{operation}")]
     if operation in ("TransactWriteItems", "TransactGetItems"):
@@ -136,7 +242,10 @@ def recording_calls(meter: Meter | None = None) -> Iterator[CallLog]:
 
     def on_call(**event: Any) -> None:
         model = event["model"]
-        log.record(model.service_model.endpoint_prefix, model.name, event["params"])
+        context = event["context"]
+        region = str(context.get("client_region") or "")
+        presign = bool(context.get("is_presign_request"))
+        log.record(model.service_model.endpoint_prefix, model.name, event["params"], region, presign)
         if meter is not None:
             event["context"][_PARAMS] = copy.deepcopy(event["params"])
 

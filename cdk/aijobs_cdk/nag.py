@@ -11,8 +11,6 @@ from aws_cdk import aws_s3 as s3
 from constructs import IConstruct
 
 NAG_PLUGIN = "AwsSolutions"
-# Action wildcards that `Bucket.grant_read` / `grant_put` / `grant_read_write` write into policies.
-S3_GRANT_ACTION_WILDCARDS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:Abort*", "s3:DeleteObject*")
 
 
 def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
@@ -47,13 +45,6 @@ def acknowledge_grant_wildcards(
             grantee,
             f"AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{prefix}*]",
             f"Object access is limited to the job keys under {prefix!r} of the stack's own bucket",
-        )
-    for action in S3_GRANT_ACTION_WILDCARDS:
-        acknowledge(
-            grantee,
-            f"AwsSolutions-IAM5[Action::{action}]",
-            "Action groups written by Bucket.grant_* (object versions/ACL/tagging reads, multipart "
-            "aborts) on the prefixes above only",
         )
 
 

@@ -16,6 +16,7 @@ import boto3
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
 from aijobs.stage_config import (
     DLQ_SUFFIX,
+    SQS_RETENTION_MAX_DAYS,
     WEBHOOK_QUEUE,
     StageConfig,
     dead_letter_queues_env,
@@ -160,6 +161,7 @@ def provision(
             queue_resource_name(config.stage, kind),
             visibility_seconds=tuning.visibility_timeout_seconds,
             max_receive_count=tuning.max_receive_count,
+            retention_days=(config.queue_retention_days, config.dlq_retention_days),
         )
         resources.queue_urls[kind], resources.queue_arns[kind] = url, arn
         resources.dlq_urls[kind], resources.dlq_arns[kind] = dlq_url, dlq_arn
@@ -170,15 +172,18 @@ def provision(
         queue_resource_name(config.stage, WEBHOOK_QUEUE),
         visibility_seconds=6 * config.webhook_consumer_timeout_seconds,
         max_receive_count=config.webhook_max_receive_count,
+        retention_days=(config.queue_retention_days, SQS_RETENTION_MAX_DAYS),
     )
     resources.webhook_queue_url, resources.webhook_queue_arn, resources.webhook_dlq_url = url, arn, dlq_url
     return resources
 
 
 def _create_queue_pair(
-    sqs: Any, name: str, *, visibility_seconds: int, max_receive_count: int
+    sqs: Any, name: str, *, visibility_seconds: int, max_receive_count: int, retention_days: tuple[int, int]
 ) -> tuple[str, str, str, str]:
-    """A queue redriving to its `-dlq` (kept 14 days): (url, arn, DLQ url, DLQ arn)."""
+    """A queue redriving to its `-dlq`, each kept as the deployed stage keeps it (`retention_days`:
+    the queue's, then the longer one of its DLQ): (url, arn, DLQ url, DLQ arn)."""
+    queue_days, dlq_days = retention_days
 
     def arn_of(url: str) -> str:
         return str(
@@ -187,7 +192,7 @@ def _create_queue_pair(
 
     dlq_url = str(
         sqs.create_queue(
-            QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
+            QueueName=name + DLQ_SUFFIX, Attributes={"MessageRetentionPeriod": str(dlq_days * 86_400)}
         )["QueueUrl"]
     )
     dlq_arn = arn_of(dlq_url)
@@ -195,7 +200,11 @@ def _create_queue_pair(
     url = str(
         sqs.create_queue(
             QueueName=name,
-            Attributes={"VisibilityTimeout": str(visibility_seconds), "RedrivePolicy": json.dumps(redrive)},
+            Attributes={
+                "VisibilityTimeout": str(visibility_seconds),
+                "MessageRetentionPeriod": str(queue_days * 86_400),
+                "RedrivePolicy": json.dumps(redrive),
+            },
         )["QueueUrl"]
     )
     return url, arn_of(url), dlq_url, dlq_arn

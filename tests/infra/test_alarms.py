@@ -21,7 +21,7 @@ from aijobs_cdk.constructs.alerts import (
     THROTTLE_PERIODS,
 )
 from aijobs_cdk.constructs.dead_letters import DLQ_CONSUMER_RECEIVES, PARKING_SUFFIX
-from aijobs_cdk.constructs.job_queue import DLQ_RETENTION
+from aijobs_cdk.constructs.job_queue import MAX_RETENTION
 from tests.infra.alarm_reader import (
     alarms,
     assert_encrypted_and_tls_only,
@@ -185,7 +185,7 @@ def test_every_job_dlq_parks_what_its_consumer_cannot_handle_and_parking_alarms(
     synth: Synth = request.getfixturevalue(fixture)
     parking = queue_id(synth, resource_prefix(synth.config.stage) + PARKING_SUFFIX)
     assert_encrypted_and_tls_only(synth, parking)
-    assert synth.props(parking)["MessageRetentionPeriod"] == DLQ_RETENTION.to_seconds()
+    assert synth.props(parking)["MessageRetentionPeriod"] == MAX_RETENTION.to_seconds()
     assert "RedrivePolicy" not in synth.props(parking)  # the last stop
     for kind in synth.config.queue_names:
         dlq = queue_id(synth, queue_resource_name(synth.config.stage, kind) + "-dlq")

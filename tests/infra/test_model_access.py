@@ -23,13 +23,13 @@ def _consumer(synth: Synth, kind: str) -> str:
 
 
 def _granted(synth: Synth, function_id: str, prefix: str) -> dict[str, str]:
-    """action -> JSON of the resources it is granted on, for actions of one service."""
-    return {
-        action: json.dumps(statement["Resource"])
-        for statement in role_statements(synth, function_id)
-        for action in _actions(statement)
-        if action.startswith(prefix)
-    }
+    """action -> JSON of the resources it is granted on (every statement's), for one service."""
+    granted: dict[str, str] = {}
+    for statement in role_statements(synth, function_id):
+        for action in _actions(statement):
+            if action.startswith(prefix):
+                granted[action] = granted.get(action, "") + json.dumps(statement["Resource"])
+    return granted
 
 
 def test_each_bedrock_consumer_may_invoke_only_its_kinds_models(dev: Synth) -> None:

@@ -88,11 +88,50 @@ def test_visibility_timeout_is_at_least_six_times_the_consumer_timeout_plus_wind
     assert checked == 2 * len(synth.config.queue_names) + 1  # + the webhook consumer's
 
 
-def test_dlq_keeps_messages_14_days_longer_than_the_main_queue(dev: Synth) -> None:
+DAY = 24 * 3600
+
+
+def test_every_dead_letter_queue_outlives_the_queue_it_catches(dev: Synth) -> None:
+    """SQS keeps a message's first enqueue time when it dead-letters it, so each queue of a redrive
+    chain keeps longer than the one before: a job queue 4 days, its DLQ 7, the parking queue of
+    the DLQs 14 (the most SQS keeps); the webhook queue 4, its DLQ 14."""
+    chains = 0
+    for logical_id, resource in dev.resources("AWS::SQS::Queue").items():
+        props = resource["Properties"]
+        if "RedrivePolicy" not in props:
+            continue
+        dlq = dev.props(target_id(props["RedrivePolicy"]["deadLetterTargetArn"]))
+        assert dlq["MessageRetentionPeriod"] > props["MessageRetentionPeriod"], logical_id
+        chains += 1
+    assert chains == 2 * len(dev.config.queue_names) + 1  # job queues, their DLQs, the webhook queue
     for props in _main_queues(dev).values():
         dlq = dev.props(target_id(props["RedrivePolicy"]["deadLetterTargetArn"]))
-        assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
-        assert dlq["MessageRetentionPeriod"] > props["MessageRetentionPeriod"]
+        parking = dev.props(target_id(dlq["RedrivePolicy"]["deadLetterTargetArn"]))
+        assert [q["MessageRetentionPeriod"] for q in (props, dlq, parking)] == [4 * DAY, 7 * DAY, 14 * DAY]
+
+
+def test_a_dead_letter_queue_that_would_not_outlive_its_source_is_refused_at_synth() -> None:
+    import aws_cdk as cdk
+    from aws_cdk import aws_sqs as sqs
+
+    from aijobs.stage_config import ConfigError
+    from aijobs_cdk.constructs.naming import stage_queue
+    from tests.unit.test_stage_config import _parse
+
+    config = _parse()
+    stack = cdk.Stack(cdk.App(), "Probe")
+    dlq = stage_queue(stack, "Dlq", config=config, name="probe-dlq", retention_period=cdk.Duration.days(7))
+    redrive = sqs.DeadLetterQueue(queue=dlq, max_receive_count=3)
+    for days in (7, 14):
+        with pytest.raises(ConfigError, match="no longer than probe-source"):
+            stage_queue(
+                stack, f"Source{days}", config=config, name="probe-source",
+                retention_period=cdk.Duration.days(days), dead_letter_queue=redrive,
+            )  # fmt: skip
+    stage_queue(
+        stack, "Source", config=config, name="probe-source",
+        retention_period=cdk.Duration.days(6), dead_letter_queue=redrive,
+    )  # fmt: skip
 
 
 def test_all_queues_are_encrypted_and_refuse_plain_http(dev: Synth) -> None:

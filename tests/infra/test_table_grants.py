@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -29,7 +30,8 @@ from aijobs.store.spend import SpendRecords
 from aijobs_cdk import REPO_ROOT
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.resources import provision
-from tests.aws_calls import Access, CallLog, recording_calls
+from tests.aws_calls import ACCOUNT, PRESIGNED_POST_KEY, Access, CallLog, recording_calls
+from tests.infra.iam import Scope, allowed
 from tests.infra.template import Synth, role_statements, target_id
 from tests.integration.harness import Clock, Stage, schedule_event
 from tests.integration.test_producer_calls import recorded_producer
@@ -615,3 +617,277 @@ def test_every_table_call_of_the_weekly_model_check_is_granted(dev: Synth, stage
     _assert_allowed(dev, "cron_dispatcher.handler.handler", stage, log)
     assert len(_model_marker_writes(log, stage.resources.meta_table)) == 1
     runtime.reset_runtime()
+
+
+# --- S3: object actions and key prefixes -----------------------------------------------------------
+# Narrowed from Bucket.grant_read / grant_put / grant_read_write, which also granted listing the
+# whole bucket (every tenant's input keys), s3:DeleteObject* and object legal hold, retention and
+# tagging: nothing in the code lists, deletes, tags or locks an object.
+
+OBJECTS: dict[str, dict[str, set[str]]] = {
+    # Signs upload forms (PutObject) for inputs, looks an `inputRef` up (HeadObject) and signs
+    # download links for results (GetObject).
+    "api.handler.handler": {"s3:GetObject": {"inputs/", "results/"}, "s3:PutObject": {"inputs/"}},
+    # Reads inputs, workflow parts and children's results; writes results (a streamed one aborts
+    # its multipart upload on failure), as do Bedrock's video and Polly's speech tasks for it.
+    "queue_consumer.handler.handler": {
+        "s3:GetObject": {"inputs/", "results/"},
+        "s3:PutObject": {"results/"},
+        "s3:AbortMultipartUpload": {"results/"},
+    },
+    "dlq_consumer.handler.handler": {},
+    "cron_dispatcher.handler.handler": {},
+    "webhook_consumer.handler.handler": {},
+}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _bucket_scope(synth: Synth, bucket: str, region: str = "us-east-1") -> Scope:
+    (logical_id,) = synth.resources("AWS::S3::Bucket")
+    return Scope(region=region, buckets={logical_id: bucket})
+
+
+def _object_grants(synth: Synth, function_id: str) -> dict[str, set[str]]:
+    """S3 action -> the key prefixes it is granted on; fails on any bucket-level resource."""
+    scope = _bucket_scope(synth, "bucket")
+    granted: dict[str, set[str]] = {}
+    for statement in role_statements(synth, function_id):
+        actions = [a for a in _listed(statement["Action"]) if a.startswith("s3:")]
+        if not actions:
+            continue
+        for resource in _listed(statement["Resource"]):
+            arn = scope.resolve(resource)
+            assert arn.startswith("arn:aws:s3:::bucket/"), (function_id, arn)  # objects, never the bucket
+            assert arn.endswith("*"), (function_id, arn)
+            for action in actions:
+                granted.setdefault(action, set()).add(arn.removeprefix("arn:aws:s3:::bucket/")[:-1])
+    return granted
+
+
+@pytest.mark.parametrize("handler", sorted(OBJECTS))
+def test_each_function_is_granted_exactly_its_object_actions_and_key_prefixes(
+    dev: Synth, handler: str
+) -> None:
+    for function_id in _function_ids(dev, handler):
+        assert _object_grants(dev, function_id) == OBJECTS[handler], function_id
+
+
+def _assert_resources_allowed(
+    synth: Synth, handler: str, stage: Stage, log: CallLog, function_ids: list[str] | None = None
+) -> set[str]:
+    """Every S3 and Bedrock access in `log` is allowed by the function's policy (its resource ARN
+    and the request's condition keys; `function_ids`: one kind's consumer); returns the actions used."""
+    scope = _bucket_scope(synth, stage.resources.bucket, stage.resources.region)
+    function_ids = function_ids or _function_ids(synth, handler)
+    used = set()
+    for access in log.accesses:
+        if not access.action.startswith(("s3:", "bedrock:")):
+            continue
+        used.add(access.action)
+        assert allowed(synth, function_ids, access, scope), f"{handler} would be denied {access}"
+    return used
+
+
+def _upload(stage: Stage, key: str, data: bytes, content_type: str = "text/plain") -> None:
+    """The client's own upload (not a function's call: a client made outside any recording)."""
+    import boto3
+
+    boto3.client("s3").put_object(Bucket=stage.resources.bucket, Key=key, Body=data, ContentType=content_type)
+
+
+def test_every_object_call_of_the_producer_is_granted(
+    dev: Synth, stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload form, a submit by `inputRef` (HEAD), one naming a missing object (HEAD: 404 here,
+    403 on AWS where the producer may not list), and a finished job's download link."""
+    done = stage.submit("alice", "summary", "One sentence. And a second one.")
+    list(stage.drain("summary"))
+    with recorded_producer(stage, monkeypatch) as (api, log):
+        text = b"Queues decouple work. The consumer runs it."
+        upload = {"contentType": "text/plain", "size": len(text), "name": "notes.txt"}
+        status, _, form = api.call("api-post-uploads.json", body=upload)
+        assert status == 201, form
+        _upload(stage, form["inputRef"], text)
+        status, _, _ = api.call("api-post-jobs.json", body={"kind": "summary", "inputRef": form["inputRef"]})
+        assert status == 202
+        missing = {"kind": "summary", "inputRef": "inputs/alice/never-uploaded.txt"}
+        assert api.call("api-post-jobs.json", body=missing)[0] == 422
+        status, _, job = api.call("api-get-job.json", path=f"/jobs/{done.job_id}")
+        assert status == 200
+        assert job["resultUrl"], job
+    # The form's key is in its fields, not in what botocore signs (tests.aws_calls).
+    posted = [a for a in log.accesses if a.resource and a.resource.endswith(PRESIGNED_POST_KEY)]
+    assert len(posted) == 1
+    log.accesses = [
+        replace(a, resource=str(a.resource).replace(PRESIGNED_POST_KEY, form["inputRef"]))
+        if a in posted
+        else a
+        for a in log.accesses
+    ]
+    assert _assert_resources_allowed(dev, "api.handler.handler", stage, log) == {
+        "s3:GetObject",
+        "s3:PutObject",
+    }
+    # And the form's key is one the producer may write: under the caller's own inputs/.
+    assert form["inputRef"].startswith("inputs/alice/")
+
+
+def test_every_object_call_of_the_consumers_is_granted(dev: Synth, stage: Stage) -> None:
+    """Results written, an uploaded input read, a missing input, a workflow's parts and children's
+    results read back, and an embedding batch streamed into one object (multipart)."""
+    stage.directory.ensure_user("alice")
+    _upload(stage, "inputs/alice/doc.txt", b"Solar panels convert sunlight. They need little care.")
+    by_ref = stage.submit("alice", "summary", None, input_ref="inputs/alice/doc.txt")
+    gone = stage.submit("alice", "summary", None, input_ref="inputs/alice/gone.txt")
+    parent = stage.submit("alice", "report", "A page of a long report. " * 400, options={"chunkChars": 600})
+    lines = "\n".join(json.dumps({"id": f"d{i}", "text": f"document number {i}"}) for i in range(30))
+    _upload(stage, "inputs/alice/docs.ndjson", lines.encode(), "application/x-ndjson")
+    batch = stage.submit(
+        "alice", "embedding-batch", None, input_ref="inputs/alice/docs.ndjson", options={"pageSize": 25}
+    )
+    with recording_calls() as consumers:
+        runtime.reset_runtime()
+        for _ in range(6):
+            for kind in ("summary", "report", "embedding-batch", "embedding"):
+                list(stage.drain(kind))
+    assert stage.job(by_ref).status is JobStatus.SUCCEEDED
+    assert stage.job(gone).status is JobStatus.FAILED_FINAL
+    assert stage.job(parent).status is JobStatus.SUCCEEDED
+    assert stage.job(batch).status is JobStatus.SUCCEEDED, stage.job(batch).last_error_message
+    used = _assert_resources_allowed(dev, "queue_consumer.handler.handler", stage, consumers)
+    assert used == {"s3:GetObject", "s3:PutObject"}
+    assert ("s3", "CompleteMultipartUpload") in consumers.calls  # the batch's stream
+    runtime.reset_runtime()
+
+
+# --- Bedrock: each kind's models, a cross-region profile's model only through the profile ---------
+
+
+def _bedrock_consumer(synth: Synth, stage: Stage, kind: str, client: Any) -> Any:
+    """The kind's consumer as the deployed stage builds it (its Bedrock plan), on a stubbed client."""
+    from aijobs.provider_plan import plans_setting
+    from aijobs.providers.bedrock import BedrockProvider
+    from aijobs.settings import ConsumerSettings
+
+    env = {**stage.resources.consumer_env(kind), **plans_setting(synth.config.provider_plans)}
+    env |= {"PROVIDER": "bedrock", "PROVIDER_RECHECK_SECONDS": "0"}
+    consumer = runtime.build_consumer(ConsumerSettings.from_env(env), clock=stage.clock)
+    consumer.provider = BedrockProvider(bucket=stage.resources.bucket, client=client)
+    return consumer
+
+
+def _poll(stage: Stage, kind: str, consumer: Any) -> None:
+    from aijobs_cli.esm import QueueMapping
+
+    QueueMapping(
+        sqs=stage.sqs, queue_url=stage.resources.queue_urls[kind], queue_arn=stage.resources.queue_arns[kind],
+        handler=consumer.handle, function_name=f"aijobs-dev-consumer-{kind}",
+    ).poll_once()  # fmt: skip
+
+
+def test_every_model_call_of_the_bedrock_consumers_is_granted(dev: Synth, stage: Stage) -> None:
+    """Text through a cross-region profile (the default model and the allowed one), an embedding,
+    an image, and a video started and read back, each against its own consumer's policy."""
+    import base64
+
+    import boto3
+    from botocore.stub import Stubber
+
+    from aijobs.providers.bedrock import client_config
+    from tests.infra.test_model_access import _consumer
+    from tests.unit.test_bedrock import PNG, converse_answer, invoke_answer
+
+    region = stage.resources.region
+    invocation = f"arn:aws:bedrock:{region}:{ACCOUNT}:async-invoke/abcdef012345"
+    stage.directory.ensure_user("alice")
+    logs: dict[str, CallLog] = {}
+    for kind, jobs, answers, polls in (
+        (
+            "summary",
+            [{}, {"model": "us.amazon.nova-pro-v1:0"}],
+            [("converse", converse_answer("Queues decouple work."))] * 2,
+            1,
+        ),
+        (
+            "embedding",
+            [{}],
+            [("invoke_model", invoke_answer({"embedding": [0.5] * 1024, "inputTextTokenCount": 4}))],
+            1,
+        ),
+        (
+            "image-generate",
+            [{}],
+            [("invoke_model", invoke_answer({"images": [base64.b64encode(PNG).decode()]}))],
+            1,
+        ),
+        ("video-generate", [{}], [("start_async_invoke", {"invocationArn": invocation})], 2),
+    ):
+        with recording_calls() as log:
+            runtime.reset_runtime()
+            client = boto3.client("bedrock-runtime", region_name=region, config=client_config())
+            consumer = _bedrock_consumer(dev, stage, kind, client)
+            submitted = [
+                stage.submit("alice", kind, "A drone flight over a forest at dawn.", **f) for f in jobs
+            ]
+            with Stubber(client) as stub:
+                for operation, answer in answers:
+                    stub.add_response(operation, answer)
+                if kind == "video-generate":
+                    uri = f"s3://{stage.resources.bucket}/results/{submitted[0].job_id}/main/abcdef012345"
+                    stub.add_response(
+                        "get_async_invoke",
+                        {
+                            "invocationArn": invocation, "modelArn": "luma", "clientRequestToken": "t",
+                            "status": "Completed", "submitTime": stage.clock(),
+                            "outputDataConfig": {"s3OutputDataConfig": {"s3Uri": uri}},
+                        },
+                    )  # fmt: skip
+                for _ in range(polls):
+                    _poll(stage, kind, consumer)
+                stub.assert_no_pending_responses()
+        for job in submitted:
+            assert stage.job(job).status is JobStatus.SUCCEEDED, (kind, stage.job(job).last_error_message)
+        logs[kind] = log
+        used = _assert_resources_allowed(
+            dev, "queue_consumer.handler.handler", stage, log, [_consumer(dev, kind)]
+        )
+        assert "bedrock:InvokeModel" in used, kind
+    video = {a.action: a.resource for a in logs["video-generate"].accesses if a.action.startswith("bedrock:")}
+    assert video["bedrock:GetAsyncInvoke"] == invocation
+    started = [a.resource for a in logs["video-generate"].accesses if a.action == "bedrock:InvokeModel"]
+    assert f"arn:aws:bedrock:{region}:{ACCOUNT}:async-invoke/*" in started
+    runtime.reset_runtime()
+
+
+def test_a_profiles_foundation_model_may_be_called_only_through_that_profile(dev: Synth) -> None:
+    """The base model of a cross-region profile: denied directly, in the stack's region or any
+    other, and through another geography's profile; allowed through the kind's own profile. And
+    only video kinds may start asynchronous invocations."""
+    from tests.aws_calls import model_accesses
+    from tests.infra.test_model_access import _consumer
+
+    scope = _bucket_scope(dev, "bucket")
+    summary = [_consumer(dev, "summary")]
+    through_profile = model_accesses("us.amazon.nova-lite-v1:0", scope.region)
+    assert all(allowed(dev, summary, access, scope) for access in through_profile)
+    routed = through_profile[1]
+    for region in (scope.region, "eu-west-1"):
+        direct = Access(
+            "bedrock:InvokeModel",
+            resource=f"arn:aws:bedrock:{region}::foundation-model/amazon.nova-lite-v1:0",
+        )
+        assert not allowed(dev, summary, direct, scope), region
+    other = f"arn:aws:bedrock:eu-west-1:{ACCOUNT}:inference-profile/eu.amazon.nova-lite-v1:0"
+    elsewhere = replace(routed, context=(("bedrock:InferenceProfileArn", other),))
+    assert not allowed(dev, summary, elsewhere, scope)
+    # The classify model of the producer, likewise.
+    (producer,) = _function_ids(dev, "api.handler.handler")
+    micro = model_accesses("us.amazon.nova-micro-v1:0", scope.region)
+    assert all(allowed(dev, [producer], access, scope) for access in micro)
+    assert not allowed(dev, [producer], replace(micro[1], context=()), scope)
+    start = Access("bedrock:InvokeModel", resource=f"arn:aws:bedrock:{scope.region}:{ACCOUNT}:async-invoke/*")
+    assert allowed(dev, [_consumer(dev, "video-generate")], start, scope)
+    assert not allowed(dev, summary, start, scope)

@@ -136,13 +136,13 @@ def _send_targets(synth: Synth, function_id: str) -> set[str]:
 
 
 def _bedrock_grant(synth: Synth, function_id: str) -> dict[str, str]:
-    """Bedrock action -> JSON of the resources it is granted on."""
-    return {
-        action: json.dumps(statement["Resource"], sort_keys=True)
-        for statement in role_statements(synth, function_id)
-        for action in _as_list(statement["Action"])
-        if action.startswith("bedrock:")
-    }
+    """Bedrock action -> JSON of the resources it is granted on (every statement's)."""
+    granted: dict[str, str] = {}
+    for statement in role_statements(synth, function_id):
+        for action in _as_list(statement["Action"]):
+            if action.startswith("bedrock:"):
+                granted[action] = granted.get(action, "") + json.dumps(statement["Resource"], sort_keys=True)
+    return granted
 
 
 # --- the report <-> summary pair -----------------------------------------------------------------

@@ -349,13 +349,21 @@ def test_int_key_defaults(key: str, raw: str | None) -> None:
     assert getattr(parse_stage_config("dev", values), key.lower()) == INT_KEYS[key].default
 
 
+# Keys whose every value in bounds also needs another key set (queue retention < DLQ retention).
+_COMPANIONS = {
+    "QUEUE_RETENTION_DAYS": {"DLQ_RETENTION_DAYS": "13"},
+    "DLQ_RETENTION_DAYS": {"QUEUE_RETENTION_DAYS": "1"},
+}
+
+
 @pytest.mark.parametrize("key", INT_KEY_NAMES)
 def test_int_key_bounds_are_inclusive(key: str) -> None:
     spec = INT_KEYS[key]
     assert spec.low <= spec.default <= spec.high
+    companions = _COMPANIONS.get(key, {})
     for number in (spec.low, spec.high):
-        assert getattr(_parse(**{key: str(number)}), key.lower()) == number
-    assert getattr(_parse(**{key: f" {spec.low} "}), key.lower()) == spec.low
+        assert getattr(_parse(**{key: str(number)}, **companions), key.lower()) == number
+    assert getattr(_parse(**{key: f" {spec.low} "}, **companions), key.lower()) == spec.low
 
 
 @pytest.mark.parametrize("key", INT_KEY_NAMES)
@@ -677,3 +685,25 @@ def test_job_lease_defaults_to_the_consumer_timeout_plus_a_margin() -> None:
         ConfigError, match="JOB_LEASE_SECONDS=30 must be at least CONSUMER_TIMEOUT_SECONDS=60"
     ):
         _parse(JOB_LEASE_SECONDS="30")
+
+
+@pytest.mark.parametrize(
+    ("queue", "dlq"),
+    [("7", "7"), ("5", "4"), ("12", "12"), ("2", "2"), ("12", "13")],
+)
+def test_queue_retention_must_be_shorter_than_its_dlqs_and_the_dlqs_than_the_parking_queues(
+    queue: str, dlq: str
+) -> None:
+    """SQS counts a dead letter's retention from its first send: a DLQ keeping no longer than its
+    queue, or the parking queue (14 days) no longer than a DLQ, drops letters nobody has seen."""
+    if (queue, dlq) == ("12", "13"):
+        config = _parse(QUEUE_RETENTION_DAYS=queue, DLQ_RETENTION_DAYS=dlq)
+        assert (config.queue_retention_days, config.dlq_retention_days) == (12, 13)
+        return
+    with pytest.raises(ConfigError, match=r"QUEUE_RETENTION_DAYS=\d+ < DLQ_RETENTION_DAYS=\d+ < 14"):
+        _parse(QUEUE_RETENTION_DAYS=queue, DLQ_RETENTION_DAYS=dlq)
+
+
+def test_queue_retention_defaults_to_four_days_and_the_dlqs_to_seven() -> None:
+    config = _parse()
+    assert (config.queue_retention_days, config.dlq_retention_days) == (4, 7)

@@ -10,7 +10,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from aijobs.stage_config import PARKING_QUEUE, StageConfig, resource_prefix
-from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, DLQ_RETENTION, JobQueue
+from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, MAX_RETENTION, JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
@@ -35,8 +35,10 @@ class DeadLetterParking(Construct):
             "Queue",
             config=config,
             name=resource_prefix(config.stage) + PARKING_SUFFIX,
-            # SQS counts retention from a message's first enqueue, so keep the longest allowed.
-            retention_period=DLQ_RETENTION,
+            # SQS counts retention from a message's first enqueue, so keep the longest allowed:
+            # longer than the DLQs it catches (DLQ_RETENTION_DAYS), or a letter parked late in
+            # its DLQ life would be gone at once.
+            retention_period=MAX_RETENTION,
         )
         acknowledge(self.queue, "AwsSolutions-SQS3", "This queue is the dead-letter queue of the DLQs")
         self.redrive = sqs.DeadLetterQueue(

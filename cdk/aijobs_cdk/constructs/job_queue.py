@@ -9,14 +9,15 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import DLQ_SUFFIX, StageConfig, queue_resource_name
+from aijobs.stage_config import DLQ_SUFFIX, SQS_RETENTION_MAX_DAYS, StageConfig, queue_resource_name
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
 
-MAIN_QUEUE_RETENTION = Duration.days(4)
-# Longer than the main queue's, so a message keeps its history after it is dead-lettered.
-DLQ_RETENTION = Duration.days(14)
+# The ends of the redrive chains (the parking queue, the webhook DLQ) keep what SQS allows at most.
+# A job queue keeps QUEUE_RETENTION_DAYS, its DLQ DLQ_RETENTION_DAYS, the parking queue this: each
+# longer than the one before, since SQS counts from the message's first send (stage_queue checks).
+MAX_RETENTION = Duration.days(SQS_RETENTION_MAX_DAYS)
 CONSUMER_HANDLER = "queue_consumer.handler.handler"
 # The DLQ consumer only records and alerts; its queue visibility follows the same 6x rule.
 DLQ_CONSUMER_TIMEOUT = Duration.seconds(30)
@@ -47,7 +48,7 @@ class JobQueue(Construct):
             "Dlq",
             config=config,
             name=name + DLQ_SUFFIX,
-            retention_period=DLQ_RETENTION,
+            retention_period=Duration.days(config.dlq_retention_days),
             visibility_timeout=Duration.seconds(
                 6 * int(DLQ_CONSUMER_TIMEOUT.to_seconds()) + config.batch_window_seconds
             ),
@@ -63,7 +64,7 @@ class JobQueue(Construct):
             "Queue",
             config=config,
             name=name,
-            retention_period=MAIN_QUEUE_RETENTION,
+            retention_period=Duration.days(config.queue_retention_days),
             visibility_timeout=Duration.seconds(tuning.visibility_timeout_seconds),
             dead_letter_queue=sqs.DeadLetterQueue(queue=self.dlq, max_receive_count=tuning.max_receive_count),
         )

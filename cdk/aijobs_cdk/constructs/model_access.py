@@ -1,12 +1,17 @@
 """Least privilege for AI providers: a function may call only the models of the kind it serves.
 
 Per kind (aijobs.provider_plan): Bedrock kinds get `bedrock:InvokeModel` (Converse included) on
-their default, allow-listed and fallback models only — foundation-model ARNs, or for a
-cross-region inference profile the profile plus the foundation model it routes to in any region;
-video kinds also read their own asynchronous invocations (`InvokeModel` is what starts one);
-third-party models (Stability AI, Luma) also need the AWS Marketplace subscription actions that
-Bedrock checks on their first call. Polly kinds get Polly's synthesis actions, OpenAI-compatible
-kinds read only the stage's key secret. Fallbacks on another provider get that provider's grants.
+their default, allow-listed and fallback models only: foundation-model ARNs in the stack's region,
+or for a cross-region inference profile the profile, plus the foundation model it routes to in any
+region only when called through that profile (`bedrock:InferenceProfileArn`), so the base model
+cannot be called directly anywhere. Video kinds start asynchronous invocations, which IAM
+authorizes as `bedrock:InvokeModel` on the model and on the `async-invoke/*` resource
+(StartAsyncInvoke has no action of its own), and read them back (`bedrock:GetAsyncInvoke` on
+`async-invoke/*`); Bedrock writes the video into the stage bucket as the function (its
+`s3:PutObject` on `results/*`, JobStorage). Third-party models (Stability AI, Luma) also need the
+AWS Marketplace subscription actions that Bedrock checks on their first call. Polly kinds get
+Polly's synthesis actions, OpenAI-compatible kinds read only the stage's key secret. Fallbacks on
+another provider get that provider's grants.
 
 The weekly model check (aijobs.scheduled.models) reads the lifecycle of the stage's Bedrock models:
 `bedrock:GetFoundationModel` on exactly those foundation models, in the stack's region
@@ -61,13 +66,23 @@ class ModelAccess(Construct):
         statements: list[iam.PolicyStatement] = []
         bedrock = _bedrock_models(plan)
         if bedrock:
-            models = sorted({arn for model in bedrock for arn in self.model_arns(model)})
-            # `StartAsyncInvoke` is authorized by `bedrock:InvokeModel` on the model: IAM has no
-            # `bedrock:StartAsyncInvoke` action (cfn-lint W3037 flags one).
-            statements.append(iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=models))
+            direct = sorted({self.model_arns(model)[0] for model in bedrock})
             if plan.capability in ASYNC_CAPABILITIES:
+                # StartAsyncInvoke is authorized as `bedrock:InvokeModel` on the model and on the
+                # invocation it creates: IAM has no `bedrock:StartAsyncInvoke` (cfn-lint W3037).
+                direct.append(self._async_invokes())
                 statements.append(
                     iam.PolicyStatement(actions=["bedrock:GetAsyncInvoke"], resources=[self._async_invokes()])
+                )
+            statements.append(iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=direct))
+            for model in sorted(m for m in bedrock if is_inference_profile(m)):
+                profile, routed = self.model_arns(model)
+                statements.append(
+                    iam.PolicyStatement(
+                        actions=["bedrock:InvokeModel"],
+                        resources=[routed],
+                        conditions={"ArnEquals": {"bedrock:InferenceProfileArn": profile}},
+                    )
                 )
             if any(not base_model_id(model).startswith(FIRST_PARTY_PREFIX) for model in bedrock):
                 statements.append(iam.PolicyStatement(actions=list(MARKETPLACE_ACTIONS), resources=["*"]))
@@ -87,7 +102,8 @@ class ModelAccess(Construct):
 
     def model_arns(self, model: str) -> list[str]:
         """The ARNs one model id needs: a foundation model in this region, or an inference profile
-        plus its foundation model in every region the profile may route to."""
+        plus its foundation model in every region the profile may route to (granted only through
+        the profile: see `_statements`)."""
         foundation = self._stack.format_arn(
             service="bedrock",
             account="",
@@ -137,7 +153,8 @@ class ModelAccess(Construct):
                         policy,
                         "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/"
                         f"{base_model_id(model)}]",
-                        "A cross-region inference profile routes to this one model in several regions",
+                        "A cross-region inference profile routes to this one model in several regions; "
+                        "the bedrock:InferenceProfileArn condition allows it only through that profile",
                     )
             if any(not base_model_id(model).startswith(FIRST_PARTY_PREFIX) for model in bedrock):
                 acknowledge(
@@ -151,8 +168,9 @@ class ModelAccess(Construct):
                     policy,
                     "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:"
                     "<AWS::AccountId>:async-invoke/*]",
-                    "Invocation ids are made by StartAsyncInvoke at run time; reads are limited to "
-                    "this account's and region's asynchronous invocations",
+                    "Invocation ids are made by StartAsyncInvoke at run time (which IAM authorizes as "
+                    "InvokeModel on async-invoke/*); starts and reads are limited to this account's and "
+                    "region's asynchronous invocations",
                 )
             if "openai" in providers and secret_name:
                 acknowledge(

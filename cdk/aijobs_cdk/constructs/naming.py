@@ -14,19 +14,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import StageConfig
+from aijobs.stage_config import ConfigError, StageConfig
 
 
 def stage_queue(
-    scope: Construct, construct_id: str, *, config: StageConfig, name: str, **props: Any
+    scope: Construct,
+    construct_id: str,
+    *,
+    config: StageConfig,
+    name: str,
+    retention_period: Duration,
+    dead_letter_queue: sqs.DeadLetterQueue | None = None,
+    **props: Any,
 ) -> sqs.Queue:
     """A queue of the stage: named `name` outside production (CloudFormation names it in
     production), kept or removed with the stack as `stateful_removal` says, encrypted (SQS-managed
-    keys) and refusing plain HTTP. `props`: the rest of the queue (retention, redrive, ...)."""
+    keys) and refusing plain HTTP. `props`: the rest of the queue (visibility, ...).
+
+    Its dead-letter queue must keep messages longer than it does: SQS keeps a message's first
+    enqueue time when it moves the message to a DLQ (standard queues), so a DLQ that keeps no
+    longer drops a dead letter as soon as it arrives. Anything else is refused at synth."""
+    if dead_letter_queue is not None:
+        kept = _retention_seconds(dead_letter_queue.queue)
+        if kept <= retention_period.to_seconds():
+            raise ConfigError(
+                f"the dead-letter queue of {name} keeps messages {kept // 86_400} days, no longer than "
+                f"{name} itself ({retention_period.to_days()} days): SQS counts retention from a "
+                "message's first send, so it must keep longer (see README, 'Operating the DLQ')"
+            )
     return sqs.Queue(
         scope,
         construct_id,
@@ -34,8 +53,22 @@ def stage_queue(
         removal_policy=stateful_removal(config),
         encryption=sqs.QueueEncryption.SQS_MANAGED,
         enforce_ssl=True,
+        retention_period=retention_period,
+        dead_letter_queue=dead_letter_queue,
         **props,
     )
+
+
+# SQS keeps a message 4 days unless told otherwise.
+_SQS_DEFAULT_RETENTION_SECONDS = 4 * 86_400
+
+
+def _retention_seconds(queue: sqs.IQueue) -> int:
+    """The retention a queue of this app was created with (its CloudFormation property)."""
+    resource = queue.node.default_child
+    assert isinstance(resource, sqs.CfnQueue), "a dead-letter queue of this stack"
+    period = resource.message_retention_period
+    return _SQS_DEFAULT_RETENTION_SECONDS if period is None else int(period)
 
 
 def stateful_removal(config: StageConfig) -> RemovalPolicy:

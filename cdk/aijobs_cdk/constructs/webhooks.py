@@ -15,7 +15,7 @@ from aijobs.stage_config import (
     StageConfig,
     queue_resource_name,
 )
-from aijobs_cdk.constructs.job_queue import DLQ_RETENTION, MAIN_QUEUE_RETENTION
+from aijobs_cdk.constructs.job_queue import MAX_RETENTION
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
@@ -41,7 +41,7 @@ class Webhooks(Construct):
         name = queue_resource_name(config.stage, WEBHOOK_QUEUE)
         timeout = config.webhook_consumer_timeout_seconds
         self.dlq = stage_queue(
-            self, "Dlq", config=config, name=name + DLQ_SUFFIX, retention_period=DLQ_RETENTION
+            self, "Dlq", config=config, name=name + DLQ_SUFFIX, retention_period=MAX_RETENTION
         )
         acknowledge(self.dlq, "AwsSolutions-SQS3", "This queue is itself a dead-letter queue")
         self.queue = stage_queue(
@@ -49,7 +49,7 @@ class Webhooks(Construct):
             "Queue",
             config=config,
             name=name,
-            retention_period=MAIN_QUEUE_RETENTION,
+            retention_period=Duration.days(config.queue_retention_days),
             visibility_timeout=Duration.seconds(6 * timeout),
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.dlq, max_receive_count=config.webhook_max_receive_count

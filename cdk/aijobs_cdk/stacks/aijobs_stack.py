@@ -20,7 +20,14 @@ from aijobs_cdk.constructs.job_queue import JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.model_access import ModelAccess, ModelLifecycleAccess
 from aijobs_cdk.constructs.schedules import Schedules
-from aijobs_cdk.constructs.storage import INPUTS_PREFIX, RESULTS_PREFIX, JobStorage
+from aijobs_cdk.constructs.storage import (
+    ABORT_UPLOADS,
+    INPUTS_PREFIX,
+    READ_OBJECTS,
+    RESULTS_PREFIX,
+    WRITE_OBJECTS,
+    JobStorage,
+)
 from aijobs_cdk.constructs.tables import Tables
 from aijobs_cdk.constructs.webhooks import Webhooks
 from aijobs_cdk.nag import acknowledge_grant_wildcards
@@ -239,14 +246,16 @@ class AijobsStack(Stack):
         tables.grant_meta_read(producer, register_tenants=config.auth_mode == "jwt")
         for fn in (dead_letters.consumer, dispatcher, *(q.consumer for q in queues)):
             alerts.topic.grant_publish(fn)
-        # Producer: uploads inputs, checks at submit that an `inputRef` exists (HeadObject needs
-        # read), reads results. Consumers: read inputs, write results.
-        storage.bucket.grant_put(producer, f"{INPUTS_PREFIX}*")
-        storage.bucket.grant_read(producer, f"{INPUTS_PREFIX}*")
-        storage.bucket.grant_read(producer, f"{RESULTS_PREFIX}*")
+        # Object actions: exactly what each function's code calls (JobStorage explains why not
+        # Bucket.grant_*). Producer: signs upload forms for inputs, checks at submit that an
+        # `inputRef` exists (HeadObject), signs download links for results. Consumers: read
+        # inputs, workflow parts and children's results; write results (and the video and speech
+        # Bedrock and Polly write there for them). Nobody lists, deletes, tags or locks objects.
+        storage.grant_objects(producer, WRITE_OBJECTS, INPUTS_PREFIX)
+        storage.grant_objects(producer, READ_OBJECTS, INPUTS_PREFIX, RESULTS_PREFIX)
         for job_queue in queues:
-            storage.bucket.grant_read(job_queue.consumer, f"{INPUTS_PREFIX}*")
-            storage.bucket.grant_read_write(job_queue.consumer, f"{RESULTS_PREFIX}*")
+            storage.grant_objects(job_queue.consumer, READ_OBJECTS, INPUTS_PREFIX, RESULTS_PREFIX)
+            storage.grant_objects(job_queue.consumer, WRITE_OBJECTS + ABORT_UPLOADS, RESULTS_PREFIX)
         # AI providers: each consumer only the models of its kind, the producer only classify's.
         for job_queue in queues:
             ModelAccess(

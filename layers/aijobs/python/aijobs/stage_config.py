@@ -47,6 +47,10 @@ WEBHOOK_QUEUE = "webhooks"
 RESERVED_QUEUE_NAMES = (PARKING_QUEUE, CRON_DEAD_LETTER_QUEUE, WEBHOOK_QUEUE)
 # SQS caps a queue's visibility timeout at 12 hours.
 SQS_VISIBILITY_MAX_SECONDS = 12 * 60 * 60
+# SQS's longest message retention: the queues at the end of a redrive chain keep it (the parking
+# queue of the DLQs, the webhook DLQ). SQS counts a standard queue's retention from a message's
+# first enqueue, also after a redrive, so each queue must keep longer than the one feeding it.
+SQS_RETENTION_MAX_DAYS = 14
 # Only the attempt budget on the job row dead-letters a job: the consumer hands a message to the
 # DLQ itself when the budget is spent, and re-sends a fresh copy instead of returning a record
 # that spent no attempt. SQS's redrive stays as the safety net for receives that never reach our
@@ -88,6 +92,9 @@ INT_KEYS: dict[str, _IntKey] = {
     "RESULT_RETENTION_DAYS": _IntKey(30, 1, 3650, "S3 lifecycle expiry of job results"),
     "INPUT_RETENTION_DAYS": _IntKey(7, 1, 3650, "S3 lifecycle expiry of uploaded job inputs"),
     "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest input stored on the job row"),
+    # Job queue < its DLQ < the parking queue (SQS_RETENTION_MAX_DAYS): checked in parse_stage_config.
+    "QUEUE_RETENTION_DAYS": _IntKey(4, 1, 12, "how long a job queue and the webhook queue keep a message"),
+    "DLQ_RETENTION_DAYS": _IntKey(7, 2, 13, "how long a kind's DLQ keeps a message, from its first send"),
     "API_THROTTLE_RATE": _IntKey(50, 1, 10_000, "HTTP API steady-state requests per second"),
     "API_THROTTLE_BURST": _IntKey(100, 1, 10_000, "HTTP API burst"),
     "RETRY_BASE_DELAY_SECONDS": _IntKey(
@@ -281,6 +288,8 @@ class StageConfig:
     result_retention_days: int
     input_retention_days: int
     max_inline_input_bytes: int
+    queue_retention_days: int
+    dlq_retention_days: int
     api_throttle_rate: int
     api_throttle_burst: int
     retry_base_delay_seconds: int
@@ -612,6 +621,13 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         raise ConfigError(
             f"INDEX_BUCKETS_READ={config.index_buckets_read} must be at least INDEX_BUCKETS="
             f"{config.index_buckets}: readers must cover every bucket written (0 reads INDEX_BUCKETS)"
+        )
+    if not config.queue_retention_days < config.dlq_retention_days < SQS_RETENTION_MAX_DAYS:
+        raise ConfigError(
+            f"QUEUE_RETENTION_DAYS={config.queue_retention_days} < DLQ_RETENTION_DAYS="
+            f"{config.dlq_retention_days} < {SQS_RETENTION_MAX_DAYS} (the parking queue) must hold: SQS "
+            "counts retention from a message's first send, also after it is dead-lettered, so a DLQ "
+            "that does not keep longer than its source drops a dead letter before anyone can look"
         )
     if config.batch_size > 10 and config.batch_window_seconds < 1:
         raise ConfigError("BATCH_SIZE above 10 needs BATCH_WINDOW_SECONDS of at least 1")

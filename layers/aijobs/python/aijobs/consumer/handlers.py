@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 from aijobs.domain import Job
 from aijobs.errors import InvalidInputError
 from aijobs.providers.base import Provider, ProviderResult
-from aijobs.store.results import ResultStore, is_part_ref
+from aijobs.store.results import ResultStore, is_missing_object, is_part_ref
 
 if TYPE_CHECKING:
     from aijobs.kinds.base import Kind, KindInput
@@ -92,7 +92,7 @@ def _input_bytes(ctx: JobContext) -> bytes:
     try:
         return ctx.results.read_input(ctx.job.input_ref)
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+        if is_missing_object(error):
             raise InvalidInputError(f"the input object {ctx.job.input_ref!r} does not exist") from None
         raise
 

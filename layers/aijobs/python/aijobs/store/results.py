@@ -23,6 +23,11 @@ PRESIGNED_URL_SECONDS = 900
 # Multipart parts of a streamed result (S3's minimum part size is 5 MiB).
 STREAM_PART_BYTES = 8 * 1024 * 1024
 _INPUT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+# How S3 answers a read of a key that does not exist. The functions may read objects but not list
+# the bucket (cdk: JobStorage), and to a caller without `s3:ListBucket` S3 answers a missing key
+# with 403 (AccessDenied; a HEAD has only the bare status) rather than 404, so as not to tell it
+# what exists. Under the prefixes the function may read, 403 means the object is not there.
+MISSING_OBJECT_CODES = frozenset({"404", "NoSuchKey", "NotFound", "403", "AccessDenied", "Forbidden"})
 
 # What a client may upload as a job input (`POST /uploads`), by content type, with its size cap.
 # Text: far above what a model's context takes, small enough to read into a consumer's memory.
@@ -99,6 +104,12 @@ def part_prefix(parent_id: str) -> str:
 def is_part_ref(input_ref: str) -> bool:
     """Whether an `inputRef` names a workflow part (JSON written by a split), not an upload."""
     return input_ref.startswith(RESULTS_PREFIX) and "/parts/" in input_ref
+
+
+def is_missing_object(error: ClientError) -> bool:
+    """Whether a GET or HEAD of one of the stage's objects failed because there is no such object
+    (see MISSING_OBJECT_CODES: without `s3:ListBucket` that is a 403)."""
+    return str(error.response.get("Error", {}).get("Code", "")) in MISSING_OBJECT_CODES
 
 
 def input_ref_is_owned(input_ref: str, user_id: str) -> bool:
@@ -203,8 +214,7 @@ class ResultStore:
         try:
             head = self._s3.head_object(Bucket=self._bucket, Key=key)
         except ClientError as error:
-            # HEAD has no error body: a missing key is the bare status "404" (NoSuchKey elsewhere).
-            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if is_missing_object(error):
                 return None
             raise
         return InputObject(size=int(head["ContentLength"]), content_type=head.get("ContentType"))
