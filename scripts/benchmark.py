@@ -118,7 +118,7 @@ def moto_stage() -> Iterator[Any]:
     with mock_aws():
         runtime.reset_runtime()
         stage = Stage(resources=provision(parse_stage_config("bench", values)), clock=Clock())
-        # Retention configured, as on a stage after its first deploy (README "Deploy"): finished jobs
+        # Retention configured, as on a stage after its first deploy (docs/how-to/deploy.md): finished jobs
         # and credit transactions carry their TTL, transactions are folded as written.
         write_retention(
             aws.dynamodb().Table(stage.resources.meta_table),

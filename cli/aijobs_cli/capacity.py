@@ -597,7 +597,7 @@ def model(
                 units * share / buckets,
                 PARTITION_WCU,
                 "WRU/s",
-                "raise INDEX_BUCKETS (write-sharded index keys; README Scale)",
+                "raise INDEX_BUCKETS (write-sharded index keys; docs/operations/scale.md)",
             )
         )
 
@@ -716,7 +716,8 @@ def _maintenance_limits(i: CapacityInputs, rates: Mapping[str, float], trace: Pa
     where = f"per shard table (1 of {i.shard_count})" if i.shard_count > 1 else "per shard table"
     action = (
         "the maintenance run's limits per shard and run (EXPIRE_LIMIT, TRANSACTION_CLEANUP_LIMIT): "
-        "more shard tables (SHARD_COUNT); set retention so transactions expire by TTL (README Scale)"
+        "more shard tables (SHARD_COUNT); set retention so transactions expire by TTL "
+        "(docs/operations/scale.md)"
     )
     # The jobs' transactions follow the job rate; the grants' (written when granted, and when one
     # expires with credit left) follow the tenants: a fixed load, whatever the job rate.

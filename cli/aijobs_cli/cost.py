@@ -1,6 +1,6 @@
 """Monthly cost estimate for an aijobs deployment, next to the source article's Cloudflare count.
 
-Pure arithmetic (DESIGN.md §8): a dated, editable price table, a workload description, and one
+Pure arithmetic (docs/design.md §8): a dated, editable price table, a workload description, and one
 `CostLine` per billable item with the derivation written out, so a reviewer can check every
 number by hand. Nothing here calls AWS.
 
@@ -181,7 +181,7 @@ class Workload(BaseModel):
     #: Share of submits that carry an Idempotency-Key (one more item in the submit transaction).
     idempotency_key_rate: float = Field(default=0.0, ge=0, le=1)
     max_retries: int = Field(default=3, ge=0, le=100)
-    #: Size of one queue message (a reference, not the input: DESIGN.md §2). SQS max is 1 MiB.
+    #: Size of one queue message (a reference, not the input: docs/design.md §2). SQS max is 1 MiB.
     message_kb: float = Field(default=1.0, gt=0, le=1024)
     batch_size: int = Field(default=5, ge=1, le=10_000)
     batch_window_seconds: int = Field(default=10, ge=0, le=300)

@@ -90,7 +90,8 @@ API_CONCURRENCY = 2
 # holds its container for up to its wait while doing nearly nothing, so two of them held both
 # API_CONCURRENCY containers and every other tenant's request waited up to 13 s behind them. In AWS
 # each long-poll holds one execution environment too, but Lambda starts another for the next
-# request (README "What the local stack is"). Past this many, long-polls wait for one another only.
+# request (docs/getting-started.md#what-the-local-stack-is). Past this many, long-polls wait for
+# one another only.
 LONG_POLL_CONCURRENCY = 8
 
 

@@ -112,7 +112,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 DEFAULT_INFO = Path(".aijobs/local.json")
 
 
-# Exit codes (README "Operating the DLQ"). 1 and 2 are click's own: an error, a usage error.
+# Exit codes (docs/operations/runbook.md). 1 and 2 are click's own: an error, a usage error.
 EXIT_ERROR = 1  # the CLI refused the input, the API or AWS could not be reached, or answered 5xx
 EXIT_USAGE = 2  # a usage error (click's code), or a request the API refused (4xx)
 EXIT_TIMED_OUT = 3  # `submit --wait`: the job had not finished in time (`demo`: a job unfinished)
@@ -165,8 +165,8 @@ def _target(
 
 
 def _within(bound: Bound, help_text: str) -> dict[str, Any]:
-    """A typer option or argument for a whole-number bound of aijobs.bounds (README "Bounds of
-    what operators set"): its range in the help, and a value outside refused with the bound's
+    """A typer option or argument for a whole-number bound of aijobs.bounds (docs/configuration.md,
+    "Bounds of what operators set"): its range in the help, and a value outside refused with the bound's
     message (exit 2) before anything is touched."""
 
     def check(value: int | None) -> int | None:
@@ -554,7 +554,7 @@ def submit(
 
 
 def wait_exit_code(job: Mapping[str, Any]) -> int:
-    """How `submit --wait` exits for the job it waited for (README "Operating the DLQ")."""
+    """How `submit --wait` exits for the job it waited for (docs/operations/runbook.md)."""
     if job["status"] == JobStatus.SUCCEEDED:
         return 0
     if job["status"] != JobStatus.FAILED_FINAL:
@@ -894,7 +894,7 @@ def redrive(
     """Re-run failed_final jobs of a kind after a fix (dry run first: it counts what --execute takes).
 
     Jobs cancelled by their owner or failed by an operator are left alone unless --error-class
-    names them (`cancelled`, `operator`). A re-run is not charged again (README "Operating the DLQ").
+    names them (`cancelled`, `operator`). A re-run is not charged again (docs/operations/runbook.md).
     """
     target = _target(info_file, stack=stack, profile=profile, region=region)
     if kind not in target.queue_urls:

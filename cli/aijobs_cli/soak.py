@@ -79,7 +79,7 @@ CLASSIFY_SHARE = 40  # one call per this many jobs
 CRONS = ("*/10 * * * *", "*/5 * * * *")
 SWEEPER = "*/5 * * * *"
 # A workflow whose parent the soak cancels at a random moment: its children that succeeded are
-# charged, the rest refunded (README "Credits").
+# charged, the rest refunded (docs/concepts/credits.md).
 WORKFLOW_KIND = "image-batch"
 WORKFLOW_CHILD_KIND = "image-generate"
 BATCH_CANCELLED = "batch-cancelled"
@@ -1543,7 +1543,7 @@ def _check_ledgers(
 
 
 def _charge_due(job: SoakJob, child_price: int) -> int:
-    """What the tenant must have paid for `job` in the end (README "Credits"): its price if it
+    """What the tenant must have paid for `job` in the end (docs/concepts/credits.md): its price if it
     succeeded, nothing if it failed for good or was cancelled before it ran, nothing more for an
     operator's re-run on the house (`charge_waived`: its price was refunded when it died), and for
     a workflow its child kind's price per child that succeeded (plus its own base if it merged)."""

@@ -1,4 +1,5 @@
-"""Cron dispatcher entry point: EventBridge Scheduler passes the exact CRONS expression (DESIGN.md §7)."""
+"""Cron dispatcher entry point: EventBridge Scheduler passes the exact CRONS expression
+(docs/design.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dead-letter consumer entry point: record, finalize, alert; never re-queue (DESIGN.md §5)."""
+"""Dead-letter consumer entry point: record, finalize, alert; never re-queue (docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Queue consumer entry point (one function per job kind, same code): DESIGN.md §4."""
+"""Queue consumer entry point (one function per job kind, same code): docs/design.md §4."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator console in headless Chromium against a real local stack (README, "Console").
+"""The operator console in headless Chromium against a real local stack (docs/operations/console.md).
 
 Debian's `chromium` driven by Playwright for Python (`executable_path`; Playwright's own browser
 download is never used). `make test` installs the browser when apt can; without one these tests

@@ -337,9 +337,8 @@ def test_the_written_events_name_the_queues_each_function_reads(prod: Synth, tmp
         assert record["eventSourceARN"].rsplit(":", 1)[-1] in dead
 
 
-def test_the_readme_invokes_functions_and_events_that_exist(dev: Synth) -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("### `sam local invoke`", 1)[1].split("\n## ", 1)[0]
+def test_the_how_to_invokes_functions_and_events_that_exist(dev: Synth) -> None:
+    section = (REPO_ROOT / "docs" / "how-to" / "sam-local-invoke.md").read_text()
     invocations = re.findall(
         r"sam local invoke -t cdk\.out/(\S+) (\S+) \\\n\s+-e \.aijobs/events/(\S+)", section
     )
@@ -350,9 +349,9 @@ def test_the_readme_invokes_functions_and_events_that_exist(dev: Synth) -> None:
     for template, logical_id, event in invocations:
         assert template in (f"{name}.template.json", f"{name}.local.template.json"), template
         assert logical_id in sam_env.functions(dev.json), (
-            f"README names {logical_id}: synthesize and update it"
+            f"docs/how-to/sam-local-invoke.md names {logical_id}: synthesize and update it"
         )
         assert event in sample_names, event
     named = set(re.findall(r"`((?:api|sqs|schedule)-[a-z0-9-]+\.json)`", section))
     assert named <= sample_names
-    assert {path.name for path in EVENTS.glob("api-*.json")} <= named, "the README lists every API event"
+    assert {path.name for path in EVENTS.glob("api-*.json")} <= named, "the how-to lists every API event"

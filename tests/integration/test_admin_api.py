@@ -150,7 +150,7 @@ def test_every_admin_route_is_documented_and_refuses_a_user_key(admin: Admin) ->
 
 
 def test_a_schema_error_is_answered_before_the_key_is_checked(admin: Admin) -> None:
-    """README "Console", order of refusals: powertools validates a request before any middleware,
+    """docs/operations/console.md, order of refusals: powertools validates a request before any middleware,
     so a malformed body is a 422 whatever the key; the same route with a valid body is a 403/401."""
     path = "/admin/jobs/alice/01J0000000000000000000000A/fail-final"
     for key in ("alice", None):

@@ -157,7 +157,9 @@ def test_every_queue_kind_and_cron_of_every_shipped_stage_gets_a_generated_event
     for stage, config in shipped_stages().items():
         events = stage_events(config)
         for kind in config.queue_names:
-            event = events[consumer_event_name(kind)]  # sam-env writes it to .aijobs/events (README)
+            event = events[
+                consumer_event_name(kind)
+            ]  # sam-env writes it to .aijobs/events (docs/how-to/sam-local-invoke.md)
             # From that kind's queue on this stage (the consumer acknowledges records of any other
             # queue without running them), carrying references to distinct jobs of that kind.
             assert sqs_queue(event) == (stage, queue_resource_name(stage, kind)), kind
@@ -375,7 +377,8 @@ def test_every_api_route_has_an_event(api: Api) -> None:
     assert missing == set()
 
 
-# The operator events' targets (README "Console"): a job of the sample user, a kind's consumer, a tenant.
+# The operator events' targets (docs/operations/console.md): a job of the sample user, a kind's
+# consumer, a tenant.
 ADMIN_JOB = re.compile(r"/admin/jobs/(?P<user>[^/]+)/(?P<job>[^/]+)(?:/(?P<action>rerun|fail-final))?")
 ADMIN_KIND = re.compile(r"/admin/kinds/(?P<kind>[^/]+)/(?P<action>pause|resume)")
 ADMIN_TENANT = re.compile(r"/admin/tenants/(?P<user>[^/]+)/credits")

@@ -1,4 +1,4 @@
-"""Write-sharded index partitions (README "Scale"): every reader sees what one partition would
+"""Write-sharded index partitions (docs/operations/scale.md): every reader sees what one partition would
 have shown, in the same order and within the same limits, across buckets, legacy rows and a
 change of the bucket count."""
 

@@ -31,7 +31,9 @@ def test_no_partition_shared_by_tenants_takes_more_than_its_bucket_share(
     squares: Counter[tuple[str, str]] = Counter()  # per group: the sum of each item's writes squared
     for (where, partition), count in recorder.writes.items():
         tenants = recorder.tenants[(where, partition)]
-        if partition.startswith("USER#"):  # a tenant's own partition: bounded per tenant (README "Scale")
+        if partition.startswith(
+            "USER#"
+        ):  # a tenant's own partition: bounded per tenant (docs/operations/scale.md)
             assert tenants == {partition.split("#")[1]}, f"{where} {partition} written by {tenants}"
             continue
         bucketed = BUCKETED.match(partition)

@@ -1,6 +1,6 @@
 """Finished jobs carry their own retention as a DynamoDB TTL (aijobs.store.retention): removal that
 keeps up at any rate, where the */10 run's 100 rows per shard would fall behind past about 0.17
-jobs per second (README "Scale"). The run's clean-up stays as the backstop."""
+jobs per second (docs/operations/scale.md). The run's clean-up stays as the backstop."""
 
 from __future__ import annotations
 

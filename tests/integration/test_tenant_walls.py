@@ -1,4 +1,4 @@
-"""A tenant past its own items' write rate (README "Scale") gets a 429 with Retry-After and a
+"""A tenant past its own items' write rate (docs/operations/scale.md) gets a 429 with Retry-After and a
 reason, and nothing is written: not a 500, not a hot retry loop, not a 409 "credits busy"."""
 
 from __future__ import annotations

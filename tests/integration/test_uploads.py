@@ -40,7 +40,7 @@ from tests.integration.test_api import api as api  # the fixture, re-exported
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "api.md"
 TEXT = "Queues decouple accepting work from doing it. The consumer does the slow part. It retries."
 
 
@@ -222,8 +222,8 @@ def test_the_openapi_document_has_the_upload_operation(api: Api) -> None:
     }  # fmt: skip
 
 
-def test_the_readme_documents_every_upload_rule() -> None:
-    readme = README.read_text()
+def test_the_api_page_documents_every_upload_rule() -> None:
+    readme = API_PAGE.read_text()
     for content_type, cap in UPLOAD_RULES.items():
         assert f"`{content_type}`" in readme, content_type
         assert f"{cap:,}" in readme, cap

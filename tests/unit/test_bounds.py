@@ -1,5 +1,5 @@
 """The one table of bounds of what operators set (aijobs.bounds): what it takes, what it refuses,
-and that the README's table says the same bounds and the stage keys share them."""
+and that docs/configuration.md's table says the same bounds and the stage keys share them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from aijobs.bounds import (
 )
 from aijobs.stage_config import INT_KEYS, ConfigError, parse_stage_config
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 @pytest.mark.parametrize(
@@ -79,10 +79,10 @@ def test_a_stored_value_outside_the_bounds_is_logged_and_read_as_absent(
     assert "running cap 'lots' is not a plain number" in record.error  # type: ignore[attr-defined]
 
 
-def test_the_readme_table_says_each_bound() -> None:
-    text = README.read_text()
-    table = text[text.index("### Bounds of what operators set") :]
-    table = table[: table.index("\n### ")]
+def test_the_configuration_page_says_each_bound() -> None:
+    text = CONFIGURATION.read_text()
+    table = text[text.index("## Bounds of what operators set") :]
+    table = table[: table.index("\n## ")]
     for option, bound in BOUNDS.items():
         command, _, flag = option.partition(" --") if " --" in option else (option, "", "")
         rows = [line for line in table.splitlines() if line.startswith(f"| `aijobs {command.split()[0]}")]

@@ -1,4 +1,4 @@
-"""The cost model (DESIGN.md §8): the article's Cloudflare count, and AWS lines derived by hand."""
+"""The cost model (docs/design.md §8): the article's Cloudflare count, and AWS lines derived by hand."""
 
 from __future__ import annotations
 
@@ -638,7 +638,7 @@ def test_cli_reads_the_stage_and_the_profile_and_says_what_is_missing(tmp_path: 
 def test_a_stage_with_a_kind_and_a_cron_of_its_own_gets_figures_saying_what_was_estimated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a team does (README "Adding a queue", "Adding a cron job"): a kind declared and a cron
+    """What a team does (docs/how-to/add-a-kind.md, "Adding a cron job"): a kind declared and a cron
     registered, both in its stage file, and nothing else; `aijobs cost` and `aijobs capacity` answer."""
     from dataclasses import replace
 

@@ -312,7 +312,8 @@ def test_known_keys_cover_every_config_field() -> None:
 
 
 def test_the_api_is_told_the_price_of_a_classify_call_too() -> None:
-    """`classify` has no queue, but every stage serves it and each call is charged (README "Credits")."""
+    """`classify` has no queue, but every stage serves it and each call is charged
+    (docs/concepts/credits.md)."""
     assert _parse(QUEUE_NAMES="summary").prices == {"summary": 1, "classify": 1}
     config = _parse(QUEUE_NAMES="summary", KIND_PRICES="classify:3")
     assert config.api_settings_env()["KIND_PRICES"] == "summary:1;classify:3"

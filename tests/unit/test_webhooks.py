@@ -22,7 +22,7 @@ TOLERANCE = 300
 
 
 def receiver_accepts(secret: str, header: str, body: bytes, now: int) -> bool:
-    """What the README tells a receiver to do, written from the README, not from the signer."""
+    """What docs/concepts/webhooks.md tells a receiver to do, written from it, not from the signer."""
     fields = [part.split("=", 1) for part in header.split(",")]
     timestamps = [value for key, value in fields if key == "t"]
     candidates = [value for key, value in fields if key == "v1"]

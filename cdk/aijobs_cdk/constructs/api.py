@@ -43,7 +43,8 @@ class Api(Construct):
 
     Authentication hook: by default the producer checks `Authorization: Bearer <api key>` against
     hashed keys in the meta table. Pass `authorizer` (for example an `HttpJwtAuthorizer` for a
-    Cognito user pool) to authenticate at the gateway instead; see README, "Authentication".
+    Cognito user pool) to authenticate at the gateway instead; see docs/concepts/api.md, "Cognito
+    instead of API keys".
     """
 
     def __init__(

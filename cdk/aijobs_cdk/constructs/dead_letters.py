@@ -25,8 +25,7 @@ DLQ_CONSUMER_RECEIVES = 5
 class DeadLetterParking(Construct):
     """Where a dead letter goes when the DLQ consumer itself cannot handle it (its own failure),
     instead of being retried until the DLQ's retention silently drops it. Nothing consumes this
-    queue: an alarm watches its depth and an operator inspects and drains it (README, "Operating
-    the DLQ")."""
+    queue: an alarm watches its depth and an operator inspects and drains it (docs/operations/runbook.md)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)

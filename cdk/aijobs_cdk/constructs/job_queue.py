@@ -100,7 +100,7 @@ class JobQueue(Construct):
         self._allow_pausing_itself()
 
     def _allow_pausing_itself(self) -> None:
-        """On a provider 401/403 the consumer disables its own mapping (DESIGN.md §4). Lambda has no
+        """On a provider 401/403 the consumer disables its own mapping (docs/design.md §4). Lambda has no
         grant_* for this: listing mappings takes no resource, and the update is limited to mappings
         whose function is this consumer."""
         mappings = Stack.of(self).format_arn(

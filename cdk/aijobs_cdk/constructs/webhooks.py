@@ -26,7 +26,7 @@ WEBHOOK_HANDLER = "webhook_consumer.handler.handler"
 class Webhooks(Construct):
     """`aijobs-<stage>-webhooks` + DLQ and its consumer. The consumer gives up a delivery and moves
     its message to the DLQ itself (the attempt count on the job row decides); SQS's redrive is the
-    safety net. Nothing consumes the DLQ: an alarm watches it (README, "Webhooks")."""
+    safety net. Nothing consumes the DLQ: an alarm watches it (docs/concepts/webhooks.md)."""
 
     def __init__(
         self,

@@ -186,14 +186,14 @@ class AijobsStack(Stack):
         alerts.watch_parked(
             parking.queue,
             name="dlq-parking",
-            description="A dead letter the DLQ consumer could not handle was parked; see README, "
-            "'Operating the DLQ'",
+            description="A dead letter the DLQ consumer could not handle was parked; see "
+            "docs/operations/runbook.md",
         )
         alerts.watch_parked(
             webhooks.dlq,
             name="webhook-dead-letters",
             description="A webhook delivery was given up after its last attempt (the receiver kept "
-            "failing); see README, 'Webhooks'",
+            "failing); see docs/concepts/webhooks.md",
         )
         if schedules.dead_letter_queue is not None:
             alerts.watch_parked(

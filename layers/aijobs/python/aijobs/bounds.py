@@ -1,4 +1,5 @@
-"""The bounds of every value an operator sets while a stage runs (README "Bounds of what operators set").
+"""The bounds of every value an operator sets while a stage runs (docs/configuration.md, "Bounds
+of what operators set").
 
 One table for the retention, a tenant's running cap, the daily spend caps and credit grants: the
 CLI checks its options against it, the writers (aijobs.store, aijobs.credits) refuse a value
@@ -101,7 +102,7 @@ SPEND_CAP_USD = Bound("spend cap", Decimal(0), Decimal("999999999.999999"), "USD
 CREDIT_GRANT = Bound("credit grant", Decimal(1), Decimal(1_000_000_000), "credits")
 CREDIT_GRANT_DAYS = Bound("credit grant's lifetime", Decimal(1), Decimal(3650), "days")
 
-#: Every bound, by the command-line option that sets it (the README's table lists the same).
+#: Every bound, by the command-line option that sets it (docs/configuration.md's table lists the same).
 BOUNDS: dict[str, Bound] = {
     "config retention --credit-tx-days": CREDIT_TX_RETENTION_DAYS,
     "config retention --ai-task-days": AI_TASK_RETENTION_DAYS,

@@ -36,7 +36,7 @@ class QueueMessage(BaseModel):
 
 
 class Job(BaseModel):
-    """A job row as the domain sees it (DESIGN.md §4 fields plus bookkeeping)."""
+    """A job row as the domain sees it (docs/design.md §4 fields plus bookkeeping)."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -1,6 +1,6 @@
 """Every error the package raises on purpose, classified in one place.
 
-Provider errors carry the retry taxonomy of DESIGN.md §4 as their type, so callers branch on the
+Provider errors carry the retry taxonomy of docs/design.md §4 as their type, so callers branch on the
 class, never on message text. Request errors carry the HTTP status and a machine-readable code
 that the API's single exception handler maps to a 4xx body.
 """
@@ -158,7 +158,7 @@ _TRANSIENT_AWS_CODES = frozenset(
 
 
 def classify_exception(error: Exception) -> ProviderError:
-    """Classify an exception that did not come from a provider adapter (DESIGN.md §4's table).
+    """Classify an exception that did not come from a provider adapter (docs/design.md §4's table).
 
     Only genuine infrastructure failures retry (`internal`, backed off like a blip): a throttled
     or unavailable AWS dependency, a connection or read timeout. Bytes that are not text are the
@@ -255,7 +255,7 @@ class UnprocessableError(RequestError):
 
 
 class TenantRateLimitedError(RequestError):
-    """One tenant submits faster than its own items take writes (README "Scale"): retry later."""
+    """One tenant submits faster than its own items take writes (docs/operations/scale.md): retry later."""
 
     status, code = 429, "tenant_rate_limited"
 

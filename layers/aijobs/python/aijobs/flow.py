@@ -22,7 +22,7 @@ NARROW, WIDEN, HOLD = "narrow", "widen", "hold"
 
 @dataclass(frozen=True)
 class FlowSettings:
-    """The thresholds (stage keys THROTTLE_* and CONCURRENCY_*, see the README)."""
+    """The thresholds (stage keys THROTTLE_* and CONCURRENCY_*, see docs/concepts/flow-control.md)."""
 
     # The highest value the controller sets; 1 means reserved concurrency 1: never adjusted.
     ceiling: int = ESM_MAX_CONCURRENCY_MAX

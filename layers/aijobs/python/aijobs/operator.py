@@ -1,4 +1,4 @@
-"""Operator actions (DESIGN.md §5): re-run one job, re-run a filtered batch, mark a job failed_final,
+"""Operator actions (docs/design.md §5): re-run one job, re-run a filtered batch, mark a job failed_final,
 and the dead-letter list with what became of each entry.
 
 A re-run resets the attempt budget, sets `queued` and re-sends the reference; nothing else ever

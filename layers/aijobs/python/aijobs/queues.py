@@ -2,8 +2,8 @@
 
 Every job message carries its user id as `MessageGroupId`. On a standard queue that makes SQS a
 fair queue (no queue setting needed): when one tenant floods a kind, SQS delivers the other
-tenants' waiting messages first, so their jobs start within their normal latency (README,
-"Fairness between tenants"). It changes nothing else: standard queues keep at-least-once,
+tenants' waiting messages first, so their jobs start within their normal latency (docs/concepts/
+flow-control.md, "Fairness between tenants"). It changes nothing else: standard queues keep at-least-once,
 unordered delivery, and a group never blocks another as it would on a FIFO queue.
 """
 

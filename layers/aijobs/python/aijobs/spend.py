@@ -1,4 +1,5 @@
-"""The spend brake (README, "Spend brake"): a daily model-spend cap for the stage and per tenant.
+"""The spend brake (docs/concepts/flow-control.md, "Spend brake"): a daily model-spend cap for the
+stage and per tenant.
 
 On only when the stage sets SPEND_DAILY_CAP_USD; otherwise nothing here is built and no call is
 made. Days run midnight to midnight in SPEND_TIME_ZONE. Consumers read the day's brake state at

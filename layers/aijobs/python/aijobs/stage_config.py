@@ -77,7 +77,7 @@ class _IntKey:
     doc: str
 
 
-# Integer keys with their defaults and bounds. Deployed defaults follow DESIGN.md.
+# Integer keys with their defaults and bounds. Deployed defaults follow docs/design.md.
 INT_KEYS: dict[str, _IntKey] = {
     "MAX_RETRIES": _IntKey(3, 0, 10, "automatic retries after the first attempt, then the DLQ"),
     "BATCH_SIZE": _IntKey(5, 1, 10_000, "records per consumer invocation (above 10 needs a window)"),
@@ -86,7 +86,7 @@ INT_KEYS: dict[str, _IntKey] = {
     "CONSUMER_MEMORY_MB": _IntKey(512, 128, 10240, "queue consumer Lambda memory"),
     "SHARD_COUNT": _IntKey(1, 1, 32, "tenant shard tables"),
     "INDEX_BUCKETS": _IntKey(8, 1, 64, "write-sharding buckets of the index partitions all tenants share"),
-    # 0 (the default) reads exactly INDEX_BUCKETS; see README "Scale" for changing the count.
+    # 0 (the default) reads exactly INDEX_BUCKETS; see docs/operations/scale.md for changing the count.
     "INDEX_BUCKETS_READ": _IntKey(0, 0, 64, "buckets readers query (0: INDEX_BUCKETS; >= it while lowering)"),
     "LOG_RETENTION_DAYS": _IntKey(30, 1, 3653, "CloudWatch Logs retention of every function"),
     "RESULT_RETENTION_DAYS": _IntKey(30, 1, 3650, "S3 lifecycle expiry of job results"),

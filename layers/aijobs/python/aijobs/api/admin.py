@@ -1,4 +1,5 @@
-"""The operator routes' logic (`/admin/...`, README "Console"): the CLI's operator commands over HTTP.
+"""The operator routes' logic (`/admin/...`, docs/operations/console.md): the CLI's operator
+commands over HTTP.
 
 Every call comes from an operator key (`Principal.is_operator`), is rate-limited per key in this
 container (a token bucket; the stage's API Gateway throttling applies in front of it) and is logged

@@ -507,7 +507,7 @@ def classify(
     )
 
 
-# --- the operator routes and the console (aijobs.api.admin; README, "Console") ---------------------
+# --- the operator routes and the console (aijobs.api.admin; docs/operations/console.md) ---------------------
 
 _admin_factory: Callable[[], AdminService] | None = None
 

@@ -50,8 +50,8 @@ class JobRequest(ApiModel):
     callbackUrl: str | None = Field(
         default=None,
         max_length=2048,
-        description="an https URL that gets the job's final outcome as a signed POST (README, "
-        "'Webhooks'); create your signing secret first with `POST /webhooks/secret`",
+        description="an https URL that gets the job's final outcome as a signed POST (docs/"
+        "concepts/webhooks.md); create your signing secret first with `POST /webhooks/secret`",
     )
 
     _utf8 = field_validator("kind", "input", "inputRef", "model", "options", "callbackUrl")(require_utf8)

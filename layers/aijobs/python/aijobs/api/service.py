@@ -587,7 +587,7 @@ class JobService:
         )
 
     def cancel(self, principal: Principal, job_id: str) -> Job:
-        """Cancel the caller's job (README "Cancelling a job").
+        """Cancel the caller's job (docs/concepts/api.md, the cancel route).
 
         A job not running (queued, waiting to retry, held) ends `failed_final` / `cancelled` at
         once, refunded in full (once). A job whose attempt is running cannot recall its model

@@ -1,4 +1,4 @@
-"""The partial-batch consumer: every SQS record is finished on its own (DESIGN.md §4 steps 1-6).
+"""The partial-batch consumer: every SQS record is finished on its own (docs/design.md §4 steps 1-6).
 
 Acknowledge = return normally (the mapping deletes the record); retry = raise, and the record is
 listed in `batchItemFailures` after its visibility was set to the back-off delay.
@@ -209,7 +209,7 @@ class Consumer:
         Only a fresh start is held: a provider re-check belongs to a job already counted. With no
         cap configured this costs nothing but the cached profile read. The count is one query of
         the tenant's own index partition, so concurrent consumers may overshoot the cap by their
-        number for a moment (README, "Fairness between tenants").
+        number for a moment (docs/concepts/flow-control.md#fairness-between-tenants).
         """
         if message.check is not None or is_child_id(message.jobId):
             return False

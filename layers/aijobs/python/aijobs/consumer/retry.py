@@ -1,4 +1,4 @@
-"""How long a failed attempt waits before the next one (DESIGN.md §4, the retry table)."""
+"""How long a failed attempt waits before the next one (docs/design.md §4, the retry table)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`classify`: one short text -> a label, a confidence and up to three tags, synchronously.
 
-The synchronous short-task path (`POST /classify`, DESIGN.md §1): it runs in the API, not on a
+The synchronous short-task path (`POST /classify`, docs/design.md §1): it runs in the API, not on a
 queue, and each call is billed like a job (aijobs.api.service `JobService.classify`). An example of
 structured output: the answer must validate against `Classification`.
 """
@@ -45,7 +45,7 @@ KIND = Kind(
     options=Options,
     output=Classification,
     inputs=Inputs(max_chars=10_000),
-    # Credits per call: reserved before the model is called, settled once (README, "Credits").
+    # Credits per call: reserved before the model is called, settled once (docs/concepts/credits.md).
     price=1,
     sync=True,
 )

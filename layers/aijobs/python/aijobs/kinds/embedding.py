@@ -1,6 +1,6 @@
 """`embedding`: a text, or a batch `{"texts": [...]}`, -> one vector per text.
 
-Vectors for search and clustering (DESIGN.md §1's "batch embedding"; the `embedding-batch`
+Vectors for search and clustering (docs/design.md §1's "batch embedding"; the `embedding-batch`
 workflow pages a larger set into jobs of this kind).
 """
 

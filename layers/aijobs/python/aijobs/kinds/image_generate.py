@@ -1,6 +1,6 @@
 """`image-generate`: a prompt -> images (stored as the job's artifacts).
 
-Bedrock's image models today are Stability AI's (README "Models": Nova Canvas reached end of
+Bedrock's image models today are Stability AI's (docs/how-to/real-models.md: Nova Canvas reached end of
 life on 2026-09-30); Stable Image Core is the default, Ultra and SD 3.5 Large may be chosen.
 """
 

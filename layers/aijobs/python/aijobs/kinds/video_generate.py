@@ -1,6 +1,6 @@
 """`video-generate`: a prompt -> a video, asynchronously (start, then re-checks).
 
-Bedrock's video model today is Luma Ray 2 (README "Models": Nova Reel reached end of life on
+Bedrock's video model today is Luma Ray 2 (docs/how-to/real-models.md: Nova Reel reached end of life on
 2026-09-30). The provider writes the video into the stage bucket; the job's result points at it.
 """
 

@@ -305,7 +305,7 @@ def _int_or_none(value: Any) -> int | None:
 # --- HTTP providers: OpenAI-compatible endpoints (OpenAI, gateways, vLLM, Ollama)
 # =================================================================================================
 # Status codes, Retry-After, transport failures and unusable 2xx answers, mapped to the retry
-# table of DESIGN.md §4. Shares only `TimeoutProviderError` with the AWS section.
+# table of docs/design.md §4. Shares only `TimeoutProviderError` with the AWS section.
 
 # A provider's own error message is kept, this short, for the job row and the operator: bodies of
 # 4xx answers can quote the input back (a 400 about a bad field value), so never more than this.
@@ -419,7 +419,7 @@ def http_error(
     secrets: tuple[str, ...] = (),
     now: datetime | None = None,
 ) -> ProviderError:
-    """The typed error for a non-2xx answer of an HTTP provider (DESIGN.md §4's table).
+    """The typed error for a non-2xx answer of an HTTP provider (docs/design.md §4's table).
 
     - 429: `ThrottledError`, `retry_after` from `retry-after-ms` (more precise) or `Retry-After`
       (seconds or HTTP date); an exhausted quota or billing limit (`insufficient_quota`) is a

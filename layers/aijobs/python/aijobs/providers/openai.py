@@ -10,7 +10,7 @@ here the connect timeout (TCP + TLS handshake) is short, since a host that does 
 a few seconds is down, and the read timeout is long, since a model may think for a minute before
 its first byte. The read timeout bounds each wait for data, not the whole answer; the Lambda
 timeout bounds that. There are no retries here: a failed call raises a typed error and the queue
-backs off (DESIGN.md §4). The API key is sent as a bearer token and appears in no log and no error.
+backs off (docs/design.md §4). The API key is sent as a bearer token and appears in no log and no error.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `*/10 * * * *` job (DESIGN.md §7): credit expiry and retention clean-up, per tenant shard.
+"""The `*/10 * * * *` job (docs/design.md §7): credit expiry and retention clean-up, per tenant shard.
 
 1. read the credit-transaction and AI-task retention from the meta table once per run; missing or
    invalid fails the run loudly (no fallback to environment defaults);

@@ -292,7 +292,7 @@ class JobStore:
 
         One `Query` of the user's own `by_user_status` partition (never a partition shared by
         all tenants), counting only. Workflow children live under their parent's partition and
-        are not counted (README, "Fairness between tenants").
+        are not counted (docs/concepts/flow-control.md#fairness-between-tenants).
         """
         query: dict[str, Any] = {
             "IndexName": "by_user_status",

@@ -99,7 +99,7 @@ class IndexBuckets:
     the unsuffixed legacy partition, so rows written under an earlier count (or none) stay visible.
 
     `read` (0: same as `write`) is kept at the highest count any row may still carry while the
-    bucket count of a live stage is lowered (README "Scale").
+    bucket count of a live stage is lowered (docs/operations/scale.md).
     """
 
     write: int = DEFAULT_INDEX_BUCKETS

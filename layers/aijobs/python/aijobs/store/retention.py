@@ -2,7 +2,7 @@
 (`CONFIG` / `retention`, set with `aijobs config retention`).
 
 The `*/10` maintenance run reads it once per run and fails loudly when it is missing or invalid
-(DESIGN.md §7): outside its bounds (aijobs.bounds) counts as invalid. The functions that finish jobs
+(docs/design.md §7): outside its bounds (aijobs.bounds) counts as invalid. The functions that finish jobs
 and move credits read it too, cached per container for `RETENTION_CACHE_SECONDS`, to stamp each
 finished job row and each credit transaction with its DynamoDB TTL (`ttl`): DynamoDB then removes
 the row itself, free and at any rate, typically within two days of the time. The maintenance run's

@@ -161,7 +161,7 @@ class Workflow:
     options: tuple[Option, ...] = ()
     max_failed_share: float = 0.0
     description: str = ""
-    # Credits of the parent itself; each child costs its own kind's price on top (README "Credits").
+    # Credits of the parent itself; each child costs its own kind's price on top (docs/concepts/credits.md).
     price: int = 0
 
     @property
