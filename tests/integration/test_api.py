@@ -328,6 +328,62 @@ def test_a_failed_send_finalizes_the_row_frees_the_key_and_answers_503(api: Api)
     assert [m["jobId"] for m in _queued(api.stage)] == [body["jobId"]]
 
 
+def _jwt_api(stage: Stage, monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
+    """The API handler in AUTH_MODE=jwt (with `env` over the stage's API environment)."""
+    for key, value in {**stage.resources.api_env(), "AUTH_MODE": "jwt", **env}.items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    from api import handler
+
+    return handler.handler
+
+
+def _as_jwt(handler: Any, sample: str, groups: Any) -> int:
+    """The status of `sample` called with a verified token whose `cognito:groups` is `groups`."""
+    event = copy.deepcopy(load_event(sample))
+    event["headers"].pop("authorization", None)
+    claims: dict[str, Any] = {"sub": "cognito-ops-1"}
+    if groups is not None:
+        claims["cognito:groups"] = groups
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
+    return int(handler(event, LambdaContext("aijobs-dev-api"))["statusCode"])
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [None, "[badminton-club]", "[tenant-42-admins]", "not-admin", "[admin]", ["admin"],
+     "[aijobs-operators-staging]", "[AIJOBS-OPERATORS]", '["aijobs-operators billing"]'],
+)  # fmt: skip
+def test_jwt_mode_a_group_that_only_looks_like_the_operator_group_is_a_403(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, groups: Any
+) -> None:
+    handler = _jwt_api(stage, monkeypatch)
+    assert _as_jwt(handler, "api-admin-get-spend.json", groups) == 403
+    runtime.reset_runtime()
+
+
+@pytest.mark.parametrize(
+    "groups",
+    ["[billing aijobs-operators]", "[billing, aijobs-operators]", ["billing", "aijobs-operators"],
+     "aijobs-operators", "billing,aijobs-operators"],
+)  # fmt: skip
+def test_jwt_mode_members_of_the_operator_group_are_operators_in_each_claim_form(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, groups: Any
+) -> None:
+    handler = _jwt_api(stage, monkeypatch)
+    assert _as_jwt(handler, "api-admin-get-spend.json", groups) == 200
+    runtime.reset_runtime()
+
+
+def test_jwt_mode_the_operator_group_is_the_configured_one(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handler = _jwt_api(stage, monkeypatch, JWT_OPERATOR_GROUP="platform-oncall")
+    assert _as_jwt(handler, "api-admin-get-spend.json", "[platform-oncall]") == 200
+    assert _as_jwt(handler, "api-admin-get-spend.json", "[aijobs-operators]") == 403
+    runtime.reset_runtime()
+
+
 def test_jwt_mode_takes_the_identity_verified_by_the_gateway(
     stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
