@@ -87,7 +87,7 @@ INT_KEYS: dict[str, _IntKey] = {
     "LOG_RETENTION_DAYS": _IntKey(30, 1, 3653, "CloudWatch Logs retention of every function"),
     "RESULT_RETENTION_DAYS": _IntKey(30, 1, 3650, "S3 lifecycle expiry of job results"),
     "INPUT_RETENTION_DAYS": _IntKey(7, 1, 3650, "S3 lifecycle expiry of uploaded job inputs"),
-    "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest input stored on the job row"),
+    "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest inline input, in UTF-8 bytes"),
     "API_THROTTLE_RATE": _IntKey(50, 1, 10_000, "HTTP API steady-state requests per second"),
     "API_THROTTLE_BURST": _IntKey(100, 1, 10_000, "HTTP API burst"),
     "RETRY_BASE_DELAY_SECONDS": _IntKey(

@@ -445,10 +445,11 @@ class JobService:
             self._check_callback(principal, request.callbackUrl)
         _check_idempotency_key(idempotency_key)
         if request.input is not None:
-            size = len(json.dumps(request.input, separators=(",", ":")).encode())
+            # The bytes the row stores (aijobs.store.jobs): the client's characters, never escaped.
+            size = len(json.dumps(request.input, separators=(",", ":"), ensure_ascii=False).encode())
             if size > self.max_inline_input_bytes:
                 raise PayloadTooLargeError(
-                    f"input is {size} bytes; inline inputs are limited to "
+                    f"input is {size} bytes of UTF-8; inline inputs are limited to "
                     f"{self.max_inline_input_bytes} bytes",
                     details={
                         "limit": self.max_inline_input_bytes,
