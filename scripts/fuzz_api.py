@@ -7,6 +7,11 @@ key (the `/admin/...` routes). Each run is bounded by
 examples per operation and by wall-clock time. Fails on a 5xx, a response that does not match
 its documented schema, an undocumented status code, or any other failed check.
 
+Then sends bodies no schema describes (`HOSTILE_BODIES`: integers too long for Python's int(),
+nesting past the depth limit, bytes that are not UTF-8, an oversized body) to every POST
+operation, with each of the three keys, and fails on any 5xx or an answer that is not an
+`ErrorBody`.
+
     make fuzz                                   # bootstraps .venv-fuzz, then runs this
     .venv/bin/python scripts/fuzz_api.py --max-examples 50 --max-time 40
 """
@@ -22,12 +27,15 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aijobs import runtime
 from aijobs.api.admin import RateLimiter
+from aijobs.api.app import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import LocalStack
@@ -38,6 +46,17 @@ DEFAULT_SCHEMATHESIS = REPO_ROOT / ".venv-fuzz" / "bin" / "schemathesis"
 # some refusals depend on state the schema cannot express (another user's inputRef, an input
 # object not uploaded yet, credits running out, a reused Idempotency-Key).
 EXCLUDED_CHECKS = "positive_data_acceptance"
+_HUGE = "9" * 5000
+# name -> raw body; each is refused before routing, whatever the route and the key.
+HOSTILE_BODIES: dict[str, bytes] = {
+    "huge integer": f'{{"kind": "summary", "input": "x", "options": {{"n": {_HUGE}}}}}'.encode(),
+    "huge negative integer": f'{{"size": -{_HUGE}, "contentType": "text/plain"}}'.encode(),
+    "huge integer in an array": f'{{"limit": [1, {_HUGE}], "dryRun": true}}'.encode(),
+    "huge bare integer": _HUGE.encode(),
+    "too deep": ("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)).encode(),
+    "not UTF-8": b'{"kind": "summary", "input": "caf\xe9"}',
+    "too large": b'{"text": "' + b"x" * MAX_BODY_BYTES + b'"}',
+}
 
 
 @dataclass
@@ -75,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             _run(args, stack.api_url, "without API key", {}),
             _run(args, stack.api_url, "with operator key", {"Authorization": f"Bearer {stack.admin_key}"}),
         ]
+        results.append(_hostile(stack.api_url, [stack.api_key, None, stack.admin_key]))
     print()
     for result in results:
         print(
@@ -142,6 +162,49 @@ def _run(args: argparse.Namespace, api_url: str, label: str, headers: dict[str, 
         if generated:
             cases = int(generated.group(1))
         return RunResult(label, exit_code, cases, failures, time.monotonic() - started)
+
+
+def _hostile(api_url: str, keys: list[str | None]) -> RunResult:
+    """Each of HOSTILE_BODIES to every POST operation of the document, with each key."""
+    print("\nfuzz: --- hostile bodies ---", flush=True)
+    started = time.monotonic()
+    with urllib.request.urlopen(f"{api_url}/openapi.json", timeout=10) as response:  # noqa: S310 - loopback
+        document: dict[str, Any] = json.load(response)
+    # Path parameters get a placeholder: the screen runs before a route reads them.
+    paths = [re.sub(r"\{[^}]+\}", "x", path) for path, item in document["paths"].items() if "post" in item]
+    cases = failures = 0
+    for path in paths:
+        for name, raw in HOSTILE_BODIES.items():
+            for key in keys:
+                cases += 1
+                problem = _hostile_problem(f"{api_url}{path}", raw, key)
+                if problem:
+                    failures += 1
+                    print(f"fuzz: POST {path} ({name}, {'a key' if key else 'no key'}): {problem}")
+    print(f"fuzz: {cases} hostile requests, {failures} failures", flush=True)
+    return RunResult("hostile bodies", 1 if failures else 0, cases, failures, time.monotonic() - started)
+
+
+def _hostile_problem(url: str, raw: bytes, key: str | None) -> str | None:
+    """What is wrong with the answer to `raw` (None: a 4xx ErrorBody)."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, data=raw, headers=headers, method="POST")  # noqa: S310 - loopback
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback
+            return f"answered {response.status}, not a 4xx"
+    except urllib.error.HTTPError as error:
+        status, text = error.code, error.read()
+    if not 400 <= status < 500:
+        return f"answered {status}"
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return f"answered {status} with a body that is not JSON"
+    if not (isinstance(body, dict) and body.get("code") and body.get("message")):
+        return f"answered {status} with a body that is not an ErrorBody"
+    return None
 
 
 def _count(report: Path) -> tuple[int, int]:

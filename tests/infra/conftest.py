@@ -67,6 +67,7 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Synth:
             "AUTH_MODE": "jwt",
             "JWT_ISSUER_URL": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example",
             "JWT_AUDIENCE": "example-client-id",
+            "JWT_OPERATOR_GROUP": "platform-oncall",
             # Providers: embedding on an OpenAI-compatible endpoint, summary with a second model.
             "KIND_PROVIDERS": "embedding=openai",
             "OPENAI_SECRET_NAME": "aijobs/openai-key",

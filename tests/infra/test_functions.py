@@ -141,6 +141,7 @@ def test_api_key_mode_has_no_gateway_authorizer(dev: Synth) -> None:
     assert dev.resources("AWS::ApiGatewayV2::Authorizer") == {}
     (api,) = dev.functions_by_handler("api.handler.handler").values()
     assert api["Environment"]["Variables"]["AUTH_MODE"] == "api_key"
+    assert api["Environment"]["Variables"]["JWT_OPERATOR_GROUP"] == "aijobs-operators"
 
 
 def test_jwt_mode_puts_a_jwt_authorizer_on_every_route(capped: Synth) -> None:
@@ -158,6 +159,7 @@ def test_jwt_mode_puts_a_jwt_authorizer_on_every_route(capped: Synth) -> None:
         assert route["Properties"]["AuthorizerId"] == {"Ref": authorizer_id}
     (api,) = capped.functions_by_handler("api.handler.handler").values()
     assert api["Environment"]["Variables"]["AUTH_MODE"] == "jwt"
+    assert api["Environment"]["Variables"]["JWT_OPERATOR_GROUP"] == "platform-oncall"
 
 
 def _statements_of(synth: Synth, handler: str) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import pytest
 
 from aijobs import runtime
 from aijobs.domain import JobStatus
+from aijobs.store.keys import PK, SK, job_sk, user_pk
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
@@ -271,6 +272,57 @@ def test_schema_errors_name_the_field(api: Api) -> None:
     assert "inputRef" in body["details"]["hint"]
 
 
+# The stage's MAX_INLINE_INPUT_BYTES (the default).
+INLINE_LIMIT = 16_384
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\u7a7a" * 3_000 + "\u3002", "\U0001f600" * 1_400 + ".", "caf\u00e9 cr\u00e8me. " * 1_000],
+    ids=["3000-cjk", "1400-emoji", "accents"],
+)
+def test_the_inline_limit_counts_the_utf8_bytes_of_the_input(api: Api, text: str) -> None:
+    # 9 KB, 5.6 KB and 14 KB of UTF-8; \uXXXX-escaped they were 18 KB, 16.8 KB and 22 KB: a 413.
+    assert len(json.dumps(text, ensure_ascii=False).encode()) < INLINE_LIMIT < len(json.dumps(text))
+    status, _h, body = api.call(
+        "api-post-jobs.json", raw_body=json.dumps({"kind": "summary", "input": text}, ensure_ascii=False)
+    )
+    assert status == 202, body
+
+
+def test_an_input_one_utf8_byte_over_the_limit_is_a_413_saying_so(api: Api) -> None:
+    def body(text: str) -> str:
+        return json.dumps({"kind": "summary", "input": text}, ensure_ascii=False)
+
+    # '"' + 5,460 three-byte characters + '"' is 16,382 bytes: two ASCII letters make it the limit.
+    at_limit = "\u7a7a" * 5_460 + "ab"
+    assert len(json.dumps(at_limit, ensure_ascii=False).encode()) == INLINE_LIMIT
+    status, _h, accepted = api.call("api-post-jobs.json", raw_body=body(at_limit))
+    assert status == 202, accepted
+    status, _h, refused = api.call("api-post-jobs.json", raw_body=body(at_limit + "c"))
+    assert (status, refused["code"]) == (413, "input_too_large"), refused
+    assert (
+        refused["message"]
+        == f"input is {INLINE_LIMIT + 1} bytes of UTF-8; inline inputs are limited to {INLINE_LIMIT} bytes"
+    )
+
+
+def test_an_inline_input_is_stored_as_utf8_not_escaped(api: Api) -> None:
+    text = "\u7a7a\u6d77 \U0001f600 caf\u00e9. " * 100  # under the limit either way
+    job_id = api.submit(input={"text": text, "note": "\u00e9"})["jobId"]
+    item = boto3.client("dynamodb").get_item(
+        TableName=api.stage.resources.shard_tables[0],
+        Key={PK: {"S": user_pk("alice")}, SK: {"S": job_sk(job_id)}},
+        ConsistentRead=True,
+    )["Item"]
+    stored = item["input_json"]["S"]
+    # What the inline limit measured, byte for byte.
+    assert stored == json.dumps({"text": text, "note": "\u00e9"}, separators=(",", ":"), ensure_ascii=False)
+    row = api.stage.store_for("alice").get("alice", job_id)
+    assert row is not None
+    assert row.input == {"text": text, "note": "\u00e9"}
+
+
 def test_an_input_ref_to_a_missing_object_is_a_422_at_submit(api: Api) -> None:
     balance = api.stage.store_for("alice").ledger.account("alice").balance
     body = {"kind": "image-caption", "inputRef": "inputs/alice/never-uploaded.png"}
@@ -326,6 +378,62 @@ def test_a_failed_send_finalizes_the_row_frees_the_key_and_answers_503(api: Api)
     assert status == 202
     assert body["jobId"] != row.job_id
     assert [m["jobId"] for m in _queued(api.stage)] == [body["jobId"]]
+
+
+def _jwt_api(stage: Stage, monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
+    """The API handler in AUTH_MODE=jwt (with `env` over the stage's API environment)."""
+    for key, value in {**stage.resources.api_env(), "AUTH_MODE": "jwt", **env}.items():
+        monkeypatch.setenv(key, value)
+    runtime.reset_runtime()
+    from api import handler
+
+    return handler.handler
+
+
+def _as_jwt(handler: Any, sample: str, groups: Any) -> int:
+    """The status of `sample` called with a verified token whose `cognito:groups` is `groups`."""
+    event = copy.deepcopy(load_event(sample))
+    event["headers"].pop("authorization", None)
+    claims: dict[str, Any] = {"sub": "cognito-ops-1"}
+    if groups is not None:
+        claims["cognito:groups"] = groups
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
+    return int(handler(event, LambdaContext("aijobs-dev-api"))["statusCode"])
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [None, "[badminton-club]", "[tenant-42-admins]", "not-admin", "[admin]", ["admin"],
+     "[aijobs-operators-staging]", "[AIJOBS-OPERATORS]", '["aijobs-operators billing"]'],
+)  # fmt: skip
+def test_jwt_mode_a_group_that_only_looks_like_the_operator_group_is_a_403(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, groups: Any
+) -> None:
+    handler = _jwt_api(stage, monkeypatch)
+    assert _as_jwt(handler, "api-admin-get-spend.json", groups) == 403
+    runtime.reset_runtime()
+
+
+@pytest.mark.parametrize(
+    "groups",
+    ["[billing aijobs-operators]", "[billing, aijobs-operators]", ["billing", "aijobs-operators"],
+     "aijobs-operators", "billing,aijobs-operators"],
+)  # fmt: skip
+def test_jwt_mode_members_of_the_operator_group_are_operators_in_each_claim_form(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, groups: Any
+) -> None:
+    handler = _jwt_api(stage, monkeypatch)
+    assert _as_jwt(handler, "api-admin-get-spend.json", groups) == 200
+    runtime.reset_runtime()
+
+
+def test_jwt_mode_the_operator_group_is_the_configured_one(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handler = _jwt_api(stage, monkeypatch, JWT_OPERATOR_GROUP="platform-oncall")
+    assert _as_jwt(handler, "api-admin-get-spend.json", "[platform-oncall]") == 200
+    assert _as_jwt(handler, "api-admin-get-spend.json", "[aijobs-operators]") == 403
+    runtime.reset_runtime()
 
 
 def test_jwt_mode_takes_the_identity_verified_by_the_gateway(

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
 
-from aijobs.api.app import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_depth_exceeds
+from aijobs.api.app import (
+    MAX_BODY_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_INTEGER_DIGITS,
+    app,
+    json_depth_exceeds,
+    json_integer_too_long,
+)
+from tests.integration.harness import EVENTS, load_event
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported
 
@@ -128,3 +137,74 @@ def test_classify_of_blank_text_is_a_422_not_a_provider_crash(api: Api, text: st
 def test_get_of_a_malformed_job_id_is_a_404(api: Api, job_id: str) -> None:
     status, body = api.get(job_id)
     assert (status, body["code"]) == (404, "not_found"), body
+
+
+# More digits than Python converts (4,300): json.loads raised ValueError inside the router, a 500
+# with no API key needed.
+HUGE = "9" * 5000
+
+
+def _huge(template: str) -> str:
+    return template.replace("@", HUGE)
+
+
+# A huge integer where each POST route reads a number (or anywhere, for routes without a body).
+_HUGE_BODIES = {
+    "api-post-jobs.json": _huge('{"kind": "summary", "input": "x", "options": {"sentences": @}}'),
+    "api-post-uploads.json": _huge('{"contentType": "text/plain", "size": @}'),
+    "api-post-classify.json": _huge('{"text": "x", "n": -@}'),
+    "api-admin-post-reruns.json": _huge('{"kind": "summary", "dryRun": true, "limit": @}'),
+    "api-admin-post-job-fail-final.json": _huge('{"reason": [1, 2, @]}'),
+    "api-admin-post-job-rerun.json": HUGE,
+    "api-admin-post-kind-pause.json": _huge('{"a": @}'),
+    "api-admin-post-kind-resume.json": _huge('{"a": @}'),
+    "api-post-job-cancel.json": _huge("[@]"),
+    "api-post-webhook-secret.json": _huge('{"a": {"b": @}}'),
+}
+
+
+def test_every_route_that_takes_a_body_has_a_huge_integer_case() -> None:
+    routes = {(route.method, route.rule) for route in [*app._static_routes, *app._dynamic_routes]}
+    posted = {route for route in routes if route[0] in ("POST", "PUT", "PATCH", "DELETE")}
+    covered = set()
+    for sample in _HUGE_BODIES:
+        path = load_event(sample)["rawPath"]
+        covered |= {route for route in posted if route[1].match(path)}
+    assert covered == posted
+    assert {p.name for p in EVENTS.glob("api-*.json") if "-post-" in p.name} == set(_HUGE_BODIES)
+
+
+@pytest.mark.parametrize("sample", sorted(_HUGE_BODIES))
+@pytest.mark.parametrize("user", [None, "alice"])
+def test_a_huge_integer_is_a_400_on_every_route_before_authentication(
+    api: Api, sample: str, user: str | None
+) -> None:
+    status, _h, body = api.call(
+        sample, user=user, raw_body=_HUGE_BODIES[sample], headers={"content-type": "application/json"}
+    )
+    assert (status, body["code"]) == (400, "number_too_long"), body
+    assert body["details"] == {"limit": MAX_JSON_INTEGER_DIGITS}
+    _nothing_written(api)
+
+
+def test_long_integers_within_the_limit_and_long_non_integers_are_parsed_as_usual(api: Api) -> None:
+    ok = "1" * MAX_JSON_INTEGER_DIGITS
+    status, _h, body = api.call(
+        "api-post-jobs.json", raw_body='{"kind": "summary", "input": {"text": "a", "n": @}}'.replace("@", ok)
+    )
+    assert status == 202, body
+    # A long fraction or exponent is a float (no digit limit in Python); a digit run in a string is text.
+    text = _huge('{"kind": "summary", "input": {"text": "@", "f": 0.@, "e": 1@e-4990}}')
+    status, _h, body = api.call("api-post-jobs.json", raw_body=text)
+    assert status == 202, body
+
+
+def test_the_integer_scan_reads_json_tokens() -> None:
+    limit = 3
+    assert json_integer_too_long("[1234]", limit)
+    assert json_integer_too_long('{"a": -1234}', limit)
+    assert not json_integer_too_long("[123, -123, 1234.5, 1234e1, 1234E+1, 0.12345]", limit)
+    assert not json_integer_too_long('["1234", "\\"1234"]', limit)
+    assert json_integer_too_long('["\\"", 1234]', limit)
+    assert not json_integer_too_long('"unterminated 12345', limit)
+    assert sys.get_int_max_str_digits() > MAX_JSON_INTEGER_DIGITS

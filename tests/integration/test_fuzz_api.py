@@ -1,4 +1,4 @@
-"""Random bytes and odd JSON at POST /jobs, through the real handler: never a 5xx."""
+"""Random bytes and odd JSON at the POST routes, through the real handler: never a 5xx."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aijobs.api.app import MAX_JSON_INTEGER_DIGITS
+from tests.integration.harness import EVENTS
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported
 
@@ -78,3 +80,34 @@ def test_odd_json(api: Api, document: Any) -> None:
 def test_odd_text_to_classify(api: Api, text: str) -> None:
     status, _h, body = api.call("api-post-classify.json", raw_body=json.dumps({"text": text}))
     _assert_answered(status, body)
+
+
+# Stands for an integer literal too long for json.dumps (and for Python's int() in the router).
+_HUGE = "\x00huge\x00"
+_with_huge = st.recursive(
+    st.just(_HUGE) | st.none() | st.integers() | _odd_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_odd_text, children, max_size=4),
+    max_leaves=12,
+)
+_POST_SAMPLES = sorted(path.name for path in EVENTS.glob("api-*.json") if "-post-" in path.name)
+
+
+@FUZZ
+@given(
+    document=_with_huge | _job_like.map(lambda doc: {**doc, "options": {"n": _HUGE}}),
+    digits=st.integers(min_value=MAX_JSON_INTEGER_DIGITS + 1, max_value=6000),
+    sign=st.sampled_from(["", "-"]),
+    sample=st.sampled_from(_POST_SAMPLES),
+    user=st.sampled_from([None, "alice"]),
+)
+def test_huge_integers_anywhere_in_any_body_are_a_400(
+    api: Api, document: Any, digits: int, sign: str, sample: str, user: str | None
+) -> None:
+    text = json.dumps(document)
+    huge = text.count(json.dumps(_HUGE))
+    text = text.replace(json.dumps(_HUGE), sign + "7" * digits)
+    headers = {"content-type": "application/json"}
+    status, _h, body = api.call(sample, user=user, raw_body=text, headers=headers)
+    _assert_answered(status, body)
+    if huge:  # refused as malformed before anything else reads it (authentication included)
+        assert status == 400, body

@@ -31,6 +31,8 @@ from aijobs.webhooks.transport import Poster
 from aijobs.webhooks.urls import UrlPolicy
 from aijobs_cli.esm import QueueMapping
 from tests.integration.harness import Stage
+from tests.integration.test_api import Api
+from tests.integration.test_api import api as api  # the fixture, re-exported
 from tests.unit.openai_server import ScriptedServer
 from tests.unit.test_webhooks import receiver_accepts
 
@@ -313,6 +315,30 @@ def test_a_rotation_signs_with_both_secrets_for_24_hours(hooks: Hooks) -> None:
     assert {first.job_id, second.job_id} == {
         json.loads(r.body)["data"]["job"]["jobId"] for r in hooks.receiver.requests
     }
+
+
+_CIRCLED_METADATA = ".".join(["\u2460\u2465\u2468", "\u2461\u2464\u2463"] * 2)  # 169.254.169.254
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [(f"http://{_CIRCLED_METADATA}/", True), ("http://169\u3002254\u3002169\u3002254/", True),
+     (f"https://{_CIRCLED_METADATA}/", False), ("https://169\uff0e254\uff0e169\uff0e254/", False),
+     ("https://localhost./", False), ("https://foo.localhost./", False),
+     ("https://[::1/", False), ("https://hooks\ufe6bexample.com/", False)],
+)  # fmt: skip
+def test_a_callback_url_that_normalizes_to_a_refused_target_is_a_422_at_submit(
+    api: Api, url: str, local: bool
+) -> None:
+    """Issue 25's examples were a 202 (the last two a 500): delivery refused them later, silently."""
+    if local:  # the local stage: http and loopback allowed, metadata never
+        runtime.api_service().webhook_policy = UrlPolicy(allow_http=True, allow_loopback=True)
+    api.call("api-post-webhook-secret.json")
+    status, _h, body = api.call(
+        "api-post-jobs.json", body={"kind": "summary", "input": "x", "callbackUrl": url}
+    )
+    assert (status, body["code"]) == (422, "invalid_callback_url"), body
+    assert api.stage.store_for("alice").list_jobs("alice").jobs == []
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused_at_delivery(hooks: Hooks) -> None:

@@ -678,6 +678,19 @@ def test_jwt_mode_needs_an_https_issuer_and_an_audience(values: dict[str, str]) 
         _parse(**values)
 
 
+def test_the_jwt_operator_group_defaults_to_aijobs_operators_and_reaches_the_api() -> None:
+    assert _parse().jwt_operator_group == "aijobs-operators"
+    assert _parse().api_settings_env()["JWT_OPERATOR_GROUP"] == "aijobs-operators"
+    config = _parse(JWT_OPERATOR_GROUP=" platform-oncall ")
+    assert config.api_settings_env()["JWT_OPERATOR_GROUP"] == "platform-oncall"
+
+
+@pytest.mark.parametrize("group", ["ops team", "ops,team", "[ops]", 'ops"', "ops'", "x" * 129, "ops\tteam"])
+def test_a_jwt_operator_group_the_flattened_claim_could_not_carry_is_refused(group: str) -> None:
+    with pytest.raises(ConfigError, match="JWT_OPERATOR_GROUP"):
+        _parse(JWT_OPERATOR_GROUP=group)
+
+
 def test_job_lease_defaults_to_the_consumer_timeout_plus_a_margin() -> None:
     assert _parse().lease_seconds == 60 + 30
     assert _parse(CONSUMER_TIMEOUT_SECONDS="120").lease_seconds == 150

@@ -92,6 +92,37 @@ def test_during_a_rotation_both_secrets_sign() -> None:
         ("https://2130706433/", DEPLOYED, "canonical"),  # 127.0.0.1 as one number
         ("https://127.1/", DEPLOYED, "canonical"),
         ("https://0x7f.0.0.1/", DEPLOYED, "canonical"),
+        # Normalized before the checks, as a resolver would read them (issue 25's examples).
+        (
+            "http://\u2460\u2465\u2468.\u2461\u2464\u2463.\u2460\u2465\u2468.\u2461\u2464\u2463/",
+            LOCAL,
+            "metadata",
+        ),  # circled digits: 169.254.169.254
+        (
+            "https://\u2460\u2465\u2468.\u2461\u2464\u2463.\u2460\u2465\u2468.\u2461\u2464\u2463/",
+            DEPLOYED,
+            "metadata",
+        ),
+        ("http://169\u3002254\u3002169\u3002254/", LOCAL, "metadata"),  # ideographic full stops
+        ("https://169\uff0e254\uff0e169\uff0e254/", DEPLOYED, "metadata"),  # fullwidth full stops
+        ("https://169\uff61254\uff61169\uff61254/", DEPLOYED, "metadata"),  # halfwidth ideographic
+        ("https://\uff11\uff10.0.0.1/", DEPLOYED, "private"),  # fullwidth digits: 10.0.0.1
+        ("https://\u0661\u0660.0.0.1/", DEPLOYED, "private"),  # Arabic-Indic digits: 10.0.0.1
+        ("https://\uff11\uff12\uff17.\uff11/", DEPLOYED, "canonical"),  # 127.1
+        ("https://localhost./", DEPLOYED, "loopback"),  # the DNS root's trailing dot
+        ("https://foo.localhost./", DEPLOYED, "loopback"),
+        ("https://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/", DEPLOYED, "loopback"),
+        ("https://LOCALHOST/", DEPLOYED, "loopback"),
+        ("https://127.0.0.1./", DEPLOYED, "loopback"),
+        ("https://localhost../", DEPLOYED, "domain name"),
+        ("https://a..example.com/", DEPLOYED, "domain name"),
+        ("https://" + "a" * 64 + ".example.com/", DEPLOYED, "domain name"),
+        ("https://hooks\u3000example.com/", DEPLOYED, "host name"),
+        ("https://%31%30.0.0.1/", DEPLOYED, "host name"),
+        # What urlsplit itself refuses (these were a 500 at submit).
+        ("https://[::1/", DEPLOYED, "not a valid URL"),
+        ("https://hooks\ufe6bexample.com/", DEPLOYED, "not a valid URL"),  # NFKC makes it an `@`
+        ("https://hooks.example.com:\uff18\uff14\uff14\uff13/", DEPLOYED, "port"),
     ],
 )
 def test_refused_callback_urls(url: str, policy: UrlPolicy, reason: str) -> None:
@@ -111,6 +142,21 @@ def test_refused_callback_urls(url: str, policy: UrlPolicy, reason: str) -> None
 )
 def test_accepted_callback_urls(url: str, policy: UrlPolicy) -> None:
     assert check_url(url, policy).hostname
+
+
+@pytest.mark.parametrize(
+    ("url", "normalized"),
+    [
+        ("https://hooks.example.com./in?a=1", "https://hooks.example.com/in?a=1"),
+        ("https://HOOKS.Example.com:8443/in", "https://hooks.example.com:8443/in"),
+        ("https://b\u00fccher.example/in", "https://xn--bcher-kva.example/in"),
+        ("https://hooks\u3002example\u3002com/in", "https://hooks.example.com/in"),
+        ("https://\uff48\uff4f\uff4f\uff4b\uff53.example.com/", "https://hooks.example.com/"),
+        ("https://[2001:4860:4860::8888]:8443/h", "https://[2001:4860:4860::8888]:8443/h"),
+    ],
+)
+def test_an_accepted_url_comes_back_with_the_host_a_resolver_reads(url: str, normalized: str) -> None:
+    assert check_url(url, DEPLOYED).geturl() == normalized
 
 
 def _resolving(*addresses: str) -> tuple[list[str], object]:
@@ -160,6 +206,31 @@ def test_the_post_goes_to_the_address_that_was_checked_with_the_urls_host() -> N
     assert request.path == "/in?a=1"
     assert request.body == b'{"x":1}'
     assert request.headers["aijobs-event"] == "job.succeeded"
+
+
+def test_the_delivery_resolves_connects_to_and_names_the_normalized_host() -> None:
+    asked, resolver = _resolving("127.0.0.1")
+    with ScriptedServer() as server:
+        server.reply({"ok": True}, status=204)
+        port = server.base_url.split(":")[2].split("/")[0]
+        poster = Poster(LOCAL, 5, resolver)  # type: ignore[arg-type]
+        answer = poster.post(f"http://\uff48\uff4f\uff4f\uff4b\uff53\u3002test.:{port}/in", b"{}", {})
+    assert answer.status == 204
+    assert asked == ["hooks.test"]
+    (request,) = server.requests
+    assert request.headers["host"] == f"hooks.test:{port}"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://\u2460\u2465\u2468.\u2461\u2464\u2463.\u2460\u2465\u2468.\u2461\u2464\u2463/",
+     "https://169\u3002254\u3002169\u3002254/", "https://localhost./", "https://foo.localhost./"],
+)  # fmt: skip
+def test_the_delivery_refuses_what_the_submit_refuses_without_resolving(url: str) -> None:
+    asked, resolver = _resolving("93.184.216.34")
+    with pytest.raises(CallbackUrlError):
+        Poster(DEPLOYED, 5, resolver).post(url, b"{}", {})  # type: ignore[arg-type]
+    assert asked == []
 
 
 def test_a_refused_address_is_never_connected_to() -> None:

@@ -25,6 +25,9 @@ EVENT_SOURCE_MAPPINGS = "EVENT_SOURCE_MAPPINGS"
 # adaptive-concurrency ceiling), which a kind's declaration may change:
 # `KIND_LIMITS=kind=attempts:4,lease:90,ceiling:1000;...`.
 KIND_LIMITS = "KIND_LIMITS"
+# AUTH_MODE=jwt: the Cognito group whose members are operators (exactly this name, nothing like it),
+# unless the stage sets JWT_OPERATOR_GROUP.
+DEFAULT_JWT_OPERATOR_GROUP = "aijobs-operators"
 _LIMIT_FIELDS = ("attempts", "lease", "ceiling")
 
 _WHOLE_NUMBER = re.compile(r"-?[0-9]+")

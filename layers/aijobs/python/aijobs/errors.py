@@ -312,6 +312,12 @@ class JsonTooDeepError(MalformedRequestError):
     code = "json_too_deep"
 
 
+class JsonNumberTooLongError(MalformedRequestError):
+    """An integer with more digits than any legitimate request: refused before the parser converts it."""
+
+    code = "number_too_long"
+
+
 class BodyTooLargeError(PayloadTooLargeError):
     """The whole body is far above any legitimate request (not just the inline input)."""
 

@@ -141,6 +141,7 @@ def api_service() -> JobService:
         clock=utcnow,
         prices=settings.kind_prices,
         auth_mode=settings.auth_mode,
+        jwt_operator_group=settings.jwt_operator_group,
         spend=spend_brake(settings, utcnow),
         webhook_secrets=WebhookSecrets(aws.dynamodb().Table(settings.meta_table_name), utcnow),
         webhook_policy=UrlPolicy(

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 # What the functions read back from their environment lives in aijobs.bindings (their cold starts
 # skip this parser); the stage config's users keep importing it from here.
 from aijobs.bindings import DEAD_LETTER_QUEUES as DEAD_LETTER_QUEUES
+from aijobs.bindings import DEFAULT_JWT_OPERATOR_GROUP as DEFAULT_JWT_OPERATOR_GROUP
 from aijobs.bindings import ESM_MAX_CONCURRENCY_MAX as ESM_MAX_CONCURRENCY_MAX
 from aijobs.bindings import ESM_MAX_CONCURRENCY_MIN as ESM_MAX_CONCURRENCY_MIN
 from aijobs.bindings import EVENT_SOURCE_MAPPINGS as EVENT_SOURCE_MAPPINGS
@@ -91,7 +92,7 @@ INT_KEYS: dict[str, _IntKey] = {
     "LOG_RETENTION_DAYS": _IntKey(30, 1, 3653, "CloudWatch Logs retention of every function"),
     "RESULT_RETENTION_DAYS": _IntKey(30, 1, 3650, "S3 lifecycle expiry of job results"),
     "INPUT_RETENTION_DAYS": _IntKey(7, 1, 3650, "S3 lifecycle expiry of uploaded job inputs"),
-    "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest input stored on the job row"),
+    "MAX_INLINE_INPUT_BYTES": _IntKey(16_384, 256, 262_144, "largest inline input, in UTF-8 bytes"),
     # Job queue < its DLQ < the parking queue (SQS_RETENTION_MAX_DAYS): checked in parse_stage_config.
     "QUEUE_RETENTION_DAYS": _IntKey(4, 1, 12, "how long a job queue and the webhook queue keep a message"),
     "DLQ_RETENTION_DAYS": _IntKey(7, 2, 13, "how long a kind's DLQ keeps a message, from its first send"),
@@ -147,12 +148,16 @@ OPTIONAL_KEYS = (
     "AUTH_MODE",
     "JWT_ISSUER_URL",
     "JWT_AUDIENCE",
+    "JWT_OPERATOR_GROUP",
     "SPEND_DAILY_CAP_USD",
     "SPEND_TIME_ZONE",
     # 1: webhooks may call 127.0.0.1/::1 (the local stage only; every other stage refuses it).
     "WEBHOOK_ALLOW_LOOPBACK",
 )
 AUTH_MODES = ("api_key", "jwt")
+# A Cognito group name (1-128 characters), less what the gateway's flattened claim ("[a b]",
+# "a,b") could not tell apart from a separator: whitespace, commas, brackets and quotes.
+_GROUP_NAME = re.compile(r'[^\s,\[\]"\']{1,128}')
 PROVIDERS = PROVIDER_NAMES
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 _SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
@@ -321,6 +326,7 @@ class StageConfig:
     auth_mode: str = "api_key"
     jwt_issuer_url: str | None = None
     jwt_audience: str | None = None
+    jwt_operator_group: str = DEFAULT_JWT_OPERATOR_GROUP
     # An existing SNS topic that alarms and alerts go to instead of a topic the stack creates.
     alert_topic_arn: str | None = None
     webhook_timeout_seconds: int = 10
@@ -378,6 +384,7 @@ class StageConfig:
             # The synchronous classify path's provider.
             "PROVIDER": self.plan(CLASSIFY).provider,
             "AUTH_MODE": self.auth_mode,
+            "JWT_OPERATOR_GROUP": self.jwt_operator_group,
             "KIND_PRICES": self.prices_setting,
             "WEBHOOK_ALLOW_LOOPBACK": str(int(self.webhook_allow_loopback)),
             **self._provider_env(),
@@ -600,6 +607,7 @@ def parse_stage_config(stage: str, values: Mapping[str, str | None]) -> StageCon
         auth_mode=auth_mode,
         jwt_issuer_url=jwt_issuer_url,
         jwt_audience=jwt_audience,
+        jwt_operator_group=_operator_group(values.get("JWT_OPERATOR_GROUP")),
         webhook_allow_loopback=_allow_loopback(stage, values.get("WEBHOOK_ALLOW_LOOPBACK")),
         **ints,
     )
@@ -861,6 +869,16 @@ def _auth(values: Mapping[str, str | None]) -> tuple[str, str | None, str | None
     if mode == "jwt" and not (issuer and issuer.startswith("https://") and audience):
         raise ConfigError("AUTH_MODE=jwt needs JWT_ISSUER_URL (https://...) and JWT_AUDIENCE")
     return mode, issuer, audience
+
+
+def _operator_group(raw: str | None) -> str:
+    text = (raw or "").strip() or DEFAULT_JWT_OPERATOR_GROUP
+    if not _GROUP_NAME.fullmatch(text):
+        raise ConfigError(
+            f"JWT_OPERATOR_GROUP={text!r} is not a usable Cognito group name: 1-128 characters, "
+            "without whitespace, commas, brackets or quotes"
+        )
+    return text
 
 
 def _prices(raw: str | None, queue_names: tuple[str, ...]) -> tuple[tuple[str, int], ...]:

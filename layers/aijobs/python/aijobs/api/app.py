@@ -1,8 +1,9 @@
 """The HTTP API routes (powertools resolver for API Gateway HTTP API payload v2).
 
 Client mistakes always get a 4xx JSON body `{code, message, details}`; see `_error_response`.
-`resolve()` screens the raw event before routing (method, media type, body encoding, size and
-JSON depth), so a hostile body never reaches a recursive parser or serializer.
+`resolve()` screens the raw event before routing (method, media type, body encoding, size, JSON
+depth and integer length), so a hostile body never reaches a recursive parser or serializer, nor
+an integer conversion that raises.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from aijobs.errors import (
     InputTooLargeError,
     InvalidBodyEncodingError,
     InvalidInputError,
+    JsonNumberTooLongError,
     JsonTooDeepError,
     MethodNotAllowedError,
     NotFoundError,
@@ -86,6 +88,9 @@ API_VERSION = "1"
 MAX_BODY_BYTES = 2 * 1024 * 1024
 # Legitimate bodies nest a few levels (`input` / `options` objects); parsers and pydantic recurse.
 MAX_JSON_DEPTH = 32
+# Far beyond any count, size or id a client means (a 64-bit integer has 20 digits), and far below
+# the 4,300 digits past which Python's int() raises ValueError inside the router (a 500).
+MAX_JSON_INTEGER_DIGITS = 100
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # A JSON string (to its closing quote, or to the end if unterminated) or one bracket. Possessive
 # quantifiers keep the scan linear on long strings.
@@ -210,7 +215,8 @@ def _unexpected(_error: Exception) -> Response[Any]:
 # --- the OpenAPI contract ------------------------------------------------------------------------
 
 _ERROR_DESCRIPTIONS: dict[int, str] = {
-    400: "malformed JSON, body encoding, header or cursor; or JSON nested too deep",
+    400: "malformed JSON, body encoding, header or cursor; JSON nested too deep, or an integer of more "
+    f"than {MAX_JSON_INTEGER_DIGITS} digits (`number_too_long`)",
     401: "missing or invalid API key",
     402: "not enough credits (`insufficient_credits`), or your daily model-spend cap is reached "
     "(`spend_cap_reached`)",
@@ -817,7 +823,8 @@ def resolve(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
     A wrong method on a known path is a 405; a body must be JSON (schema validation would half-parse
     a form-encoded body into confusing errors), valid UTF-8 (base64 bodies are decoded here), of a
-    sane size and nesting depth. The router then sees the decoded text.
+    sane size and nesting depth, without integers too long to convert. The router then sees the
+    decoded text.
     """
     method = str(event.get("requestContext", {}).get("http", {}).get("method", "")).upper()
     allowed = _allowed_methods(APIGatewayProxyEventV2(event).path)
@@ -884,7 +891,39 @@ def _screened_body(event: dict[str, Any]) -> dict[str, Any]:
         raise JsonTooDeepError(
             f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels", details={"limit": MAX_JSON_DEPTH}
         )
+    if json_integer_too_long(text, MAX_JSON_INTEGER_DIGITS):
+        raise JsonNumberTooLongError(
+            f"the JSON body has an integer of more than {MAX_JSON_INTEGER_DIGITS} digits "
+            "(send such a value as a string)",
+            details={"limit": MAX_JSON_INTEGER_DIGITS},
+        )
     return {**event, "body": text, "isBase64Encoded": False}
+
+
+class _IntegerTooLong(Exception):
+    pass
+
+
+def json_integer_too_long(text: str, limit: int) -> bool:
+    """True when `text` holds an integer literal of more than `limit` digits (outside strings).
+
+    Parses `text` as the router will (json.loads, so only after the depth check), looking at each
+    integer literal before it is converted. Invalid JSON is left to the router to refuse, unless an
+    over-long integer comes before its first error (the router would convert that one too).
+    """
+
+    def parse_int(literal: str) -> int:
+        if len(literal.lstrip("-")) > limit:
+            raise _IntegerTooLong
+        return int(literal)
+
+    try:
+        json.loads(text, parse_int=parse_int)
+    except _IntegerTooLong:
+        return True
+    except ValueError:  # json.JSONDecodeError: not JSON at all
+        return False
+    return False
 
 
 def json_depth_exceeds(text: str, limit: int) -> bool:

@@ -32,6 +32,7 @@ from aijobs.api.schemas import (
     TransactionView,
     UploadRequest,
 )
+from aijobs.bindings import DEFAULT_JWT_OPERATOR_GROUP
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import (
     CANCELLED,
@@ -76,7 +77,7 @@ from aijobs.store.results import (
     kind_input_cap,
     new_input_key,
 )
-from aijobs.store.tenants import Directory, Principal
+from aijobs.store.tenants import OPERATOR_ROLE, USER_ROLE, Directory, Principal
 from aijobs.webhooks.secrets import IssuedSecret, SecretStatus, WebhookSecrets
 from aijobs.webhooks.urls import CallbackUrlError, UrlPolicy, check_url
 from aijobs.workflows.fanin import after_final
@@ -107,6 +108,26 @@ def links(job: Job) -> Links:
         parent=f"/jobs/{job.parent_id}" if job.parent_id else None,
         cancel=None if job.status.is_terminal else f"/jobs/{job.job_id}/cancel",
     )
+
+
+def token_groups(claim: Any) -> frozenset[str]:
+    """The group names of a `cognito:groups` claim, in either form it reaches the function: a list
+    (the token's own JSON array), or the string API Gateway's JWT authorizer flattens an array
+    into (`"[a b]"`; also `"[a, b]"`, `"a,b"`, a JSON array as text, or one name)."""
+    if isinstance(claim, list | tuple):
+        return frozenset(str(name) for name in claim)
+    if not isinstance(claim, str):
+        return frozenset()
+    text = claim.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            return frozenset(str(name) for name in parsed)
+        text = text.removeprefix("[").removesuffix("]")
+    return frozenset(name for name in re.split(r"[\s,]+", text) if name)
 
 
 def request_hash(request: JobRequest | ClassifyRequest) -> str:
@@ -141,6 +162,8 @@ class JobService:
     # Provider and model per kind (aijobs.provider_plan): a job's `model` must be one of its kind's.
     plans: dict[str, KindPlan] = field(default_factory=dict)
     auth_mode: str = "api_key"
+    # AUTH_MODE=jwt: members of exactly this Cognito group are operators (JWT_OPERATOR_GROUP).
+    jwt_operator_group: str = DEFAULT_JWT_OPERATOR_GROUP
     # The daily spend brake (aijobs.spend); None: the stage sets no SPEND_DAILY_CAP_USD.
     spend: SpendBrake | None = None
     # Long-poll pacing (GET /jobs/{id}?wait=N); tests pass a fake clock and sleep.
@@ -168,8 +191,8 @@ class JobService:
             raise UnauthorizedError("no verified token subject", code="missing_token")
         if self.directory.shard_for(subject) is None:
             self.directory.ensure_user(subject)  # first request of a new identity: give it a tenant
-        role = "admin" if "admin" in str(claims.get("cognito:groups", "")) else "user"
-        return Principal(user_id=subject, role=role)
+        operator = self.jwt_operator_group in token_groups(claims.get("cognito:groups"))
+        return Principal(user_id=subject, role=OPERATOR_ROLE if operator else USER_ROLE)
 
     def _store(self, principal: Principal) -> JobStore:
         table = self.directory.shard_for(principal.user_id)
@@ -422,10 +445,11 @@ class JobService:
             self._check_callback(principal, request.callbackUrl)
         _check_idempotency_key(idempotency_key)
         if request.input is not None:
-            size = len(json.dumps(request.input, separators=(",", ":")).encode())
+            # The bytes the row stores (aijobs.store.jobs): the client's characters, never escaped.
+            size = len(json.dumps(request.input, separators=(",", ":"), ensure_ascii=False).encode())
             if size > self.max_inline_input_bytes:
                 raise PayloadTooLargeError(
-                    f"input is {size} bytes; inline inputs are limited to "
+                    f"input is {size} bytes of UTF-8; inline inputs are limited to "
                     f"{self.max_inline_input_bytes} bytes",
                     details={
                         "limit": self.max_inline_input_bytes,

@@ -27,6 +27,9 @@ class ApiSettings(_QueueSettings, _ProviderSettings, _WebhookQueueSettings, _Spe
     kind_prices: dict[str, int] = Field(validation_alias="KIND_PRICES")
     # api_key: the producer checks hashed keys; jwt: the gateway's JWT authorizer already did.
     auth_mode: Literal["api_key", "jwt"] = Field(validation_alias="AUTH_MODE")
+    # jwt: the members of exactly this Cognito group are operators (the stage config's default
+    # `aijobs-operators` is always written out).
+    jwt_operator_group: str = Field(validation_alias="JWT_OPERATOR_GROUP", min_length=1)
     # A callbackUrl may name a loopback host (the local stage's WEBHOOK_ALLOW_LOOPBACK=1).
     webhook_allow_loopback: bool = Field(validation_alias="WEBHOOK_ALLOW_LOOPBACK")
     # The console's pause/resume (aijobs.api.admin): kind -> its consumer's event-source mapping id,

@@ -1405,7 +1405,9 @@ def _to_item(job: Job, buckets: IndexBuckets) -> dict[str, Any]:
     if job.options:
         item["options_json"] = json.dumps(job.options)
     if job.input is not None:
-        item["input_json"] = json.dumps(job.input)
+        # UTF-8 as sent (DynamoDB counts a string's UTF-8 bytes): \uXXXX escapes would make a
+        # non-ASCII input up to three times its size, past what the API's inline limit measured.
+        item["input_json"] = json.dumps(job.input, separators=(",", ":"), ensure_ascii=False)
     if job.input_ref is not None:
         item["inputRef"] = job.input_ref
     if job.model is not None:

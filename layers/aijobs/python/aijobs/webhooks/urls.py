@@ -3,6 +3,11 @@
 Checked twice: at submit (the URL's form, and a host given as an address literal) and at delivery
 (every address the host resolves to). The delivery then connects to the address it checked, so a
 DNS answer that changes between the check and the connect (rebinding) reaches nothing new.
+
+Both checks first normalize the host as a resolver would read it (`normalized_host`): IDNA maps
+fullwidth and circled digits to ASCII (`①⑥⑨` is `169`) and the ideographic full stops to dots, and
+a trailing dot is the DNS root (`localhost.` is `localhost`). The rules then see that host, and the
+delivery resolves, connects to and names (Host, SNI) that host, never the text as sent.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
@@ -28,6 +34,10 @@ _LOOPBACK_NAMES = ("localhost", ".localhost")
 # A host made of digits, dots and hex prefixes that is not a canonical address (`127.1`,
 # `2130706433`, `0x7f.0.0.1`): resolvers read these as addresses, so they are refused outright.
 _NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]*))*\.?", re.IGNORECASE)
+# What IDNA reads as a label separator besides `.`: ideographic, fullwidth, halfwidth ideographic.
+_FULL_STOPS = ("\u3002", "\uff0e", "\uff61")
+# A host name once normalized: ASCII labels of letters, digits, hyphens and underscores.
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
 
 
 class CallbackUrlError(ValueError):
@@ -49,7 +59,11 @@ def check_url(url: str, policy: UrlPolicy) -> SplitResult:
         raise CallbackUrlError(f"callbackUrl is longer than {MAX_URL_LENGTH} characters")
     if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in url):
         raise CallbackUrlError("callbackUrl must not contain spaces or control characters")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError:  # a bracket left open, a port that is no number, NFKC producing `@` or `:`
+        raise CallbackUrlError("callbackUrl is not a valid URL (host or port)") from None
     schemes = ("https", "http") if policy.allow_http else ("https",)
     if parts.scheme not in schemes:
         raise CallbackUrlError(f"callbackUrl must be an absolute {' or '.join(schemes)} URL")
@@ -57,13 +71,9 @@ def check_url(url: str, policy: UrlPolicy) -> SplitResult:
         raise CallbackUrlError("callbackUrl must not carry credentials (user:password@)")
     if parts.fragment or url.endswith("#"):
         raise CallbackUrlError("callbackUrl must not have a #fragment")
-    host = parts.hostname
-    if not host:
+    if not parts.hostname:
         raise CallbackUrlError("callbackUrl has no host")
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
-    except ValueError:
-        raise CallbackUrlError("callbackUrl has an invalid port") from None
+    host = normalized_host(parts.hostname)
     address = _literal(host)
     if address is not None:
         reason = refusal(address, policy)
@@ -73,7 +83,32 @@ def check_url(url: str, policy: UrlPolicy) -> SplitResult:
         raise CallbackUrlError("callbackUrl's host looks like an address but is not a canonical one")
     elif not policy.allow_loopback and (host == "localhost" or host.endswith(_LOOPBACK_NAMES[1])):
         raise CallbackUrlError("callbackUrl points at a loopback address")
-    return parts
+    elif not _HOST_NAME.fullmatch(host):
+        raise CallbackUrlError("callbackUrl's host is not a valid host name")
+    netloc = f"[{host}]" if ":" in host else host
+    return parts._replace(netloc=netloc if port is None else f"{netloc}:{port}")
+
+
+def normalized_host(host: str) -> str:
+    """`host` (urlsplit's `hostname`: lowercased, brackets dropped) as a resolver reads it: NFKC
+    (circled, fullwidth and other compatibility digits and letters become ASCII), U+3002, U+FF0E
+    and U+FF61 separate labels as dots do, a host of nothing but decimal digits of any script is
+    that number in ASCII, IDNA ToASCII (other non-ASCII labels become `xn--`), lowercased, without
+    the trailing dot of the DNS root. CallbackUrlError when IDNA refuses it (an empty or over-long
+    label). An IPv6 literal is returned as it is."""
+    if ":" in host:
+        return host
+    text = unicodedata.normalize("NFKC", host)
+    for stop in _FULL_STOPS:
+        text = text.replace(stop, ".")
+    if not text.isascii() and all(label.isdecimal() for label in text.removesuffix(".").split(".")):
+        # Digits of another script (Arabic-Indic 10.0.0.1): NFKC leaves them; the host reads as an address.
+        text = "".join(str(unicodedata.decimal(char)) if char.isdecimal() else char for char in text)
+    try:
+        ascii_host = text.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise CallbackUrlError("callbackUrl's host is not a valid domain name") from None
+    return ascii_host.removesuffix(".")
 
 
 def refusal(address: IpAddress, policy: UrlPolicy) -> str | None:
