@@ -44,7 +44,7 @@ def stage_queue(
             raise ConfigError(
                 f"the dead-letter queue of {name} keeps messages {kept // 86_400} days, no longer than "
                 f"{name} itself ({retention_period.to_days()} days): SQS counts retention from a "
-                "message's first send, so it must keep longer (see README, 'Operating the DLQ')"
+                "message's first send, so it must keep longer (see docs/operations/runbook.md)"
             )
     return sqs.Queue(
         scope,
