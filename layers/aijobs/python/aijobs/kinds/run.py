@@ -2,12 +2,14 @@
 
 The same code checks an inline input at submit (`check_input`, so an empty input is a 422 there)
 and runs the step in the consumer (`run`); a workflow's merge runs its child kind through `run` too.
+`check_model_options` builds the request the consumer would send and asks the provider adapter's
+own pure check whether the model takes its options (at submit, before anything is written).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, cast
@@ -21,6 +23,7 @@ from aijobs.errors import (
     InvalidOutputError,
     ModelUnavailableError,
     ProviderAuthError,
+    ProviderError,
     ThrottledError,
     TransientProviderError,
 )
@@ -38,6 +41,7 @@ from aijobs.observability import logger
 from aijobs.providers.base import (
     Artifact,
     Call,
+    CapabilityRequest,
     Embedder,
     EmbeddingRequest,
     EmbeddingResult,
@@ -147,6 +151,39 @@ def problems(error: ValidationError, *, field: str = "option") -> list[dict[str,
 def first_problem(error: ValidationError) -> str:
     first = problems(error, field="where")[0]
     return f"{first['where']}: {first['problem']}"
+
+
+def check_model_options(
+    kind: Kind, options: Mapping[str, Any], value: KindInput | None, *, provider: str, model: str
+) -> None:
+    """The job's options against the bounds of the model it will run on (`InvalidOptionError`
+    naming the option, the allowed values and the model), before anything is written.
+
+    The kind's request is built as the consumer builds it (the kind's own `build` or the default)
+    from the inline input, or from a stand-in when the input is uploaded, and handed to the
+    provider adapter's `check_request`: the function the adapter itself runs before its call, so
+    there is one table of bounds. A kind's own `build` that cannot work on the stand-in is left
+    to the consumer; with the real input its refusal (a ProviderError) is the caller's to map.
+    """
+    from aijobs.providers.registry import request_check
+
+    parsed = kind.parse_options(dict(options))
+    stand_in = value is None
+    try:
+        arguments = (kind.build or _BUILDERS[kind.capability])(kind, value or _STAND_IN, parsed)
+        request = _REQUESTS[kind.capability](call=Call(job_id="", model=model), **arguments)
+    except ProviderError:
+        if stand_in:
+            return
+        raise
+    except Exception:  # a kind's own build failing otherwise is reported with the job
+        logger.warning("options not checked at submit: the kind's build failed", extra={"kind": kind.name})
+        return
+    request_check(provider)(request)
+
+
+# What a kind's build sees at submit when the input is uploaded (its bytes are read in the consumer).
+_STAND_IN = KindInput(text="input", image=b"", raw="input")
 
 
 def run(kind: Kind, provider: Provider, step: Step) -> ProviderResult:
@@ -354,6 +391,13 @@ _BUILDERS = {
     "image": _build_image,
     "speech": _build_speech,
     "video": _build_video,
+}
+_REQUESTS: dict[str, type[CapabilityRequest]] = {
+    "text": TextRequest,
+    "embedding": EmbeddingRequest,
+    "image": ImageRequest,
+    "speech": SpeechRequest,
+    "video": VideoRequest,
 }
 
 
