@@ -20,6 +20,7 @@ from aijobs.errors import (
     InfrastructureError,
     InputTooLargeError,
     InvalidInputError,
+    InvalidOptionError,
     InvalidOutputError,
     ModelUnavailableError,
     ProviderAuthError,
@@ -228,21 +229,37 @@ def run_chain(kind: Kind, candidates: Sequence[Candidate], step: Step) -> Provid
     the first model only (its handle belongs to it)."""
     chain = candidates[:1] if step.handle is not None else candidates
     unavailable: list[str] = []
+    # The failure the attempt ends with should no later model take the job.
+    pending: ProviderError | None = None
     for index, candidate in enumerate(chain):
         last = index + 1 == len(chain)
         try:
             result = run(kind, candidate.provider, replace(step, model=candidate.model))
-        except ModelUnavailableError as error:
+        except InvalidOptionError:
+            # The options were checked against the job's first model at submit; a fallback whose
+            # bounds differ cannot take this job, so it is passed over, never the job's failure.
+            if pending is None:
+                raise
+            logger.warning(
+                "fallback model does not take the job's options: passed over",
+                extra={"fallbackModel": candidate.model},
+            )
             if last:
-                final = error.named(candidate.model)
-                final.earlier = tuple(unavailable)
+                raise pending from None
+            continue
+        except ModelUnavailableError as error:
+            final = error.named(candidate.model)
+            final.earlier = tuple(unavailable)
+            if last:
                 raise final from None
+            pending = final
             unavailable.append(error.model or candidate.model)
             reason = error.error_class
         except (ThrottledError, TransientProviderError) as error:
             # Our own AWS dependencies failing (InfrastructureError) is no reason to change models.
             if last or step.attempt < kind.patience or isinstance(error, InfrastructureError):
                 raise
+            pending = error
             reason = error.error_class
         else:
             update: dict[str, Any] = {
