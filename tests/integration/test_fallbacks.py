@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from aijobs.domain import JobStatus
-from aijobs.errors import ModelUnavailableError, TransientProviderError
+from aijobs.errors import InvalidOptionError, ModelUnavailableError, TransientProviderError
 from aijobs.kinds.registry import require
 from aijobs.kinds.run import Candidate, Step, check_input, run_chain
+from aijobs.providers.bedrock import BedrockProvider
 from aijobs.providers.local import LocalProvider
 from tests.integration.harness import CountingProvider, Stage
 
@@ -130,3 +133,47 @@ def test_when_every_model_is_unavailable_each_is_alerted_once(stage: Stage) -> N
     _drain(stage)
     alerts = [json.loads(json.loads(m["Body"])["Message"]) for m in stage.receive(inbox)]
     assert sorted(alert["model"] for alert in alerts) == ["local-text-1", "local-text-2"]
+
+
+# --- a fallback whose bounds differ from the first model's ------------------------------------
+
+
+class _Gone(LocalProvider):
+    def embed(self, request: Any) -> Any:
+        raise ModelUnavailableError("gone", model=request.call.model)
+
+
+def _titan() -> BedrockProvider:
+    client = boto3.client("bedrock-runtime", region_name="us-east-1")
+    Stubber(client).activate()  # nothing queued: a call that went out would fail the test
+    return BedrockProvider(bucket="b", client=client)
+
+
+def test_a_fallback_that_does_not_take_the_options_is_passed_over() -> None:
+    """Options are checked against the job's first model at submit; 64 dimensions suit the local
+    model but not Titan (256, 512 or 1024): Titan is skipped without a call, the next one answers."""
+    kind = require("embedding")
+    step = Step(job_id="j", input=check_input(kind, TEXT), options={"dimensions": 64}, model="x")
+    chain = [
+        Candidate(_Gone(), "local-embedding-1"),
+        Candidate(_titan(), "amazon.titan-embed-text-v2:0"),
+        Candidate(_Other(), "local-embedding-1"),
+    ]
+    result = run_chain(kind, chain, step)
+    assert (result.provider, result.output["dimensions"], result.unavailable) == (
+        "other",
+        64,
+        ("local-embedding-1",),
+    )
+
+
+def test_when_only_such_fallbacks_are_left_the_job_fails_as_the_first_model_did() -> None:
+    kind = require("embedding")
+    step = Step(job_id="j", input=check_input(kind, TEXT), options={"dimensions": 64}, model="x")
+    chain = [Candidate(_Gone(), "local-embedding-1"), Candidate(_titan(), "amazon.titan-embed-text-v2:0")]
+    with pytest.raises(ModelUnavailableError) as raised:
+        run_chain(kind, chain, step)
+    assert raised.value.model == "local-embedding-1"
+    # The first model refusing the options is the job's own fault (the API refuses it at submit).
+    with pytest.raises(InvalidOptionError):
+        run_chain(kind, chain[1:], step)

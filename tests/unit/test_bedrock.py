@@ -28,6 +28,7 @@ from botocore.stub import Stubber
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    InvalidOptionError,
     ModelUnavailableError,
     ProviderAuthError,
     ProviderError,
@@ -577,8 +578,8 @@ def test_embedding_of_a_batch_is_one_call_per_text(provider: BedrockProvider, st
 @pytest.mark.parametrize(
     ("texts", "dimensions", "error"),
     [
-        ((DOC,), 128, InvalidInputError),
-        ((DOC,), 1536, InvalidInputError),
+        ((DOC,), 128, InvalidOptionError),
+        ((DOC,), 1536, InvalidOptionError),
         (("   ",), None, InvalidInputError),
         (("x",) * 101, None, InputTooLargeError),
         (("y" * 50_001,), None, InputTooLargeError),
@@ -761,8 +762,8 @@ def test_an_inference_error_is_transient(provider: BedrockProvider, stub: Stubbe
 @pytest.mark.parametrize(
     ("request_fields", "error"),
     [
-        ({"aspect_ratio": "4:3"}, InvalidInputError),
-        ({"aspect_ratio": "wide"}, InvalidInputError),
+        ({"aspect_ratio": "4:3"}, InvalidOptionError),
+        ({"aspect_ratio": "wide"}, InvalidOptionError),
         ({"prompt": "   "}, InvalidInputError),
         ({"prompt": "z" * 10_001}, InputTooLargeError),
     ],
@@ -882,11 +883,11 @@ def test_client_request_token_is_per_step_rerun_and_model() -> None:
 @pytest.mark.parametrize(
     ("request_fields", "error"),
     [
-        ({"duration_seconds": 6}, InvalidInputError),
-        ({"duration_seconds": 10}, InvalidInputError),
-        ({"resolution": "1080p"}, InvalidInputError),
-        ({"aspect_ratio": "5:4"}, InvalidInputError),
-        ({"seed": 7}, InvalidInputError),
+        ({"duration_seconds": 6}, InvalidOptionError),
+        ({"duration_seconds": 10}, InvalidOptionError),
+        ({"resolution": "1080p"}, InvalidOptionError),
+        ({"aspect_ratio": "5:4"}, InvalidOptionError),
+        ({"seed": 7}, InvalidOptionError),
         ({"prompt": "  "}, InvalidInputError),
         ({"prompt": "w" * 5_001}, InputTooLargeError),
         ({"model": "amazon.nova-reel-v1:0"}, ProviderAuthError),

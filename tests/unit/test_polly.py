@@ -16,11 +16,13 @@ from botocore.stub import Stubber
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    InvalidOptionError,
     ProviderAuthError,
     ProviderError,
     ThrottledError,
     TransientProviderError,
 )
+from aijobs.providers import polly
 from aijobs.providers.base import Call, Provider, SpeechRequest
 from aijobs.providers.failures import TimeoutProviderError
 from aijobs.providers.polly import (
@@ -260,11 +262,19 @@ def test_fields_outside_the_allow_list_are_refused_before_calling(
     with pytest.raises(ProviderError) as raised:
         provider.synthesize_speech(speech(**fields))
     assert sent == []
-    assert type(raised.value) is InvalidInputError
+    # The option's own name (a 422 at submit names it too), and invalid input for the retry table.
+    assert type(raised.value) is InvalidOptionError
+    assert raised.value.option == {"text_type": "textType"}.get(next(iter(fields)), next(iter(fields)))
+    assert raised.value.error_class == "invalid_input"
 
 
-def test_the_voice_allow_list_is_the_adapters(client: Any, stub: Stubber, sent: list[str]) -> None:
-    provider = PollyProvider(bucket=BUCKET, client=client, voices={"Matthew"})
+def test_the_voice_allow_list_is_the_adapters(
+    client: Any, stub: Stubber, sent: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One allow-list, the module's: the API's submit check reads the same (tests/integration/
+    # test_submit_model_bounds.py).
+    monkeypatch.setattr(polly, "VOICES", frozenset({"Matthew"}))
+    provider = PollyProvider(bucket=BUCKET, client=client)
     with pytest.raises(InvalidInputError):
         provider.synthesize_speech(speech())  # the default voice, Joanna, is not on this list
     assert sent == []

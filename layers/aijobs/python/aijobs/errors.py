@@ -7,6 +7,8 @@ that the API's single exception handler maps to a 4xx body.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class AijobsError(Exception):
     """Base of every deliberate aijobs error."""
@@ -70,6 +72,28 @@ class InvalidInputError(ProviderError):
     """400 / schema error in the job's input: final; fix the producer, replay the jobs."""
 
     error_class = "invalid_input"
+
+
+class InvalidOptionError(InvalidInputError):
+    """An option value the model does not take (a provider's bounds for that model, e.g. Titan
+    Text Embeddings V2's three sizes). Raised by an adapter's pure `check_request` before any call,
+    which the API also runs at submit (a 422 naming `option`); final like any invalid input."""
+
+    def __init__(self, option: str, allowed: str | Sequence[object], model: str) -> None:
+        if not isinstance(allowed, str):
+            allowed = one_of(allowed)
+        super().__init__(f"option {option!r} must be {allowed} on {model}")
+        self.option = option
+        self.allowed = allowed
+        self.model = model
+        # The message without the option's name (a 422's `details.options[].problem`).
+        self.problem = f"must be {allowed} on {model}"
+
+
+def one_of(values: Sequence[object]) -> str:
+    """`(256, 512, 1024)` -> "256, 512 or 1024" (what a message lists as allowed)."""
+    shown = [str(value) for value in values]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
 class InvalidOutputError(ProviderError):

@@ -41,6 +41,7 @@ from aijobs.errors import (
     InputRefNotFoundError,
     InputRefTooLargeError,
     InputTooLargeError,
+    InvalidOptionError,
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
@@ -61,7 +62,7 @@ from aijobs.errors import (
 from aijobs.ids import new_job_id
 from aijobs.kinds.base import Kind
 from aijobs.kinds.registry import kind as kind_of
-from aijobs.kinds.run import Step, check_input, first_problem, problems, run
+from aijobs.kinds.run import Step, check_input, check_model_options, first_problem, problems, run
 from aijobs.observability import METRIC_ACCEPTED, METRIC_MODEL_SPEND, emit, logger
 from aijobs.pricing import spend
 from aijobs.provider_plan import CLASSIFY, KindPlan
@@ -433,7 +434,6 @@ class JobService:
                 code="unknown_kind",
                 details={"kinds": list(self.queues.kinds)},
             )
-        image_input = self._check_kind(request)
         plan = self.plans.get(request.kind)
         if request.model is not None and plan is not None and request.model not in plan.choosable_models:
             raise UnprocessableError(
@@ -441,6 +441,7 @@ class JobService:
                 code="model_not_allowed",
                 details={"models": list(plan.choosable_models)},
             )
+        image_input = self._check_kind(request)
         if request.callbackUrl is not None:
             self._check_callback(principal, request.callbackUrl)
         _check_idempotency_key(idempotency_key)
@@ -507,13 +508,30 @@ class JobService:
                 code="invalid_options",
                 details={"options": problems(error)},
             ) from None
-        if workflow is None and request.input is not None:
-            try:
-                check_input(kind, request.input)
-            except InputTooLargeError as error:
-                raise PayloadTooLargeError(str(error)) from None
-            except ProviderError as error:
-                raise UnprocessableError(str(error), code="invalid_input") from None
+        plan = self.plans.get(request.kind)
+        # The model the job runs on: its own, else the kind's (fallbacks are not asked: one whose
+        # bounds differ is passed over in the consumer, aijobs.kinds.run.run_chain).
+        model = request.model or (plan.model if plan is not None else None) or ""
+        try:
+            value = (
+                check_input(kind, request.input) if workflow is None and request.input is not None else None
+            )
+            if plan is not None:
+                # The provider adapter's own check of the request the consumer will send it.
+                check_model_options(kind, options, value, provider=plan.provider, model=model)
+        except InvalidOptionError as error:
+            raise UnprocessableError(
+                f"{request.kind}: invalid options: {error.option}: {error.problem}",
+                code="invalid_options",
+                details={
+                    "options": [{"option": error.option, "problem": error.problem}],
+                    "model": model or None,
+                },
+            ) from None
+        except InputTooLargeError as error:
+            raise PayloadTooLargeError(str(error)) from None
+        except ProviderError as error:
+            raise UnprocessableError(str(error), code="invalid_input") from None
         return workflow is None and kind.inputs.type == "image"
 
     def _check_callback(self, principal: Principal, url: str) -> None:

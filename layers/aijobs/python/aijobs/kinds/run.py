@@ -2,12 +2,14 @@
 
 The same code checks an inline input at submit (`check_input`, so an empty input is a 422 there)
 and runs the step in the consumer (`run`); a workflow's merge runs its child kind through `run` too.
+`check_model_options` builds the request the consumer would send and asks the provider adapter's
+own pure check whether the model takes its options (at submit, before anything is written).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, cast
@@ -18,9 +20,11 @@ from aijobs.errors import (
     InfrastructureError,
     InputTooLargeError,
     InvalidInputError,
+    InvalidOptionError,
     InvalidOutputError,
     ModelUnavailableError,
     ProviderAuthError,
+    ProviderError,
     ThrottledError,
     TransientProviderError,
 )
@@ -38,6 +42,7 @@ from aijobs.observability import logger
 from aijobs.providers.base import (
     Artifact,
     Call,
+    CapabilityRequest,
     Embedder,
     EmbeddingRequest,
     EmbeddingResult,
@@ -149,6 +154,39 @@ def first_problem(error: ValidationError) -> str:
     return f"{first['where']}: {first['problem']}"
 
 
+def check_model_options(
+    kind: Kind, options: Mapping[str, Any], value: KindInput | None, *, provider: str, model: str
+) -> None:
+    """The job's options against the bounds of the model it will run on (`InvalidOptionError`
+    naming the option, the allowed values and the model), before anything is written.
+
+    The kind's request is built as the consumer builds it (the kind's own `build` or the default)
+    from the inline input, or from a stand-in when the input is uploaded, and handed to the
+    provider adapter's `check_request`: the function the adapter itself runs before its call, so
+    there is one table of bounds. A kind's own `build` that cannot work on the stand-in is left
+    to the consumer; with the real input its refusal (a ProviderError) is the caller's to map.
+    """
+    from aijobs.providers.registry import request_check
+
+    parsed = kind.parse_options(dict(options))
+    stand_in = value is None
+    try:
+        arguments = (kind.build or _BUILDERS[kind.capability])(kind, value or _STAND_IN, parsed)
+        request = _REQUESTS[kind.capability](call=Call(job_id="", model=model), **arguments)
+    except ProviderError:
+        if stand_in:
+            return
+        raise
+    except Exception:  # a kind's own build failing otherwise is reported with the job
+        logger.warning("options not checked at submit: the kind's build failed", extra={"kind": kind.name})
+        return
+    request_check(provider)(request)
+
+
+# What a kind's build sees at submit when the input is uploaded (its bytes are read in the consumer).
+_STAND_IN = KindInput(text="input", image=b"", raw="input")
+
+
 def run(kind: Kind, provider: Provider, step: Step) -> ProviderResult:
     """Build the kind's capability request, call `provider`, shape the answer into the job's output."""
     options = options_of(kind, step.options)
@@ -191,21 +229,37 @@ def run_chain(kind: Kind, candidates: Sequence[Candidate], step: Step) -> Provid
     the first model only (its handle belongs to it)."""
     chain = candidates[:1] if step.handle is not None else candidates
     unavailable: list[str] = []
+    # The failure the attempt ends with should no later model take the job.
+    pending: ProviderError | None = None
     for index, candidate in enumerate(chain):
         last = index + 1 == len(chain)
         try:
             result = run(kind, candidate.provider, replace(step, model=candidate.model))
-        except ModelUnavailableError as error:
+        except InvalidOptionError:
+            # The options were checked against the job's first model at submit; a fallback whose
+            # bounds differ cannot take this job, so it is passed over, never the job's failure.
+            if pending is None:
+                raise
+            logger.warning(
+                "fallback model does not take the job's options: passed over",
+                extra={"fallbackModel": candidate.model},
+            )
             if last:
-                final = error.named(candidate.model)
-                final.earlier = tuple(unavailable)
+                raise pending from None
+            continue
+        except ModelUnavailableError as error:
+            final = error.named(candidate.model)
+            final.earlier = tuple(unavailable)
+            if last:
                 raise final from None
+            pending = final
             unavailable.append(error.model or candidate.model)
             reason = error.error_class
         except (ThrottledError, TransientProviderError) as error:
             # Our own AWS dependencies failing (InfrastructureError) is no reason to change models.
             if last or step.attempt < kind.patience or isinstance(error, InfrastructureError):
                 raise
+            pending = error
             reason = error.error_class
         else:
             update: dict[str, Any] = {
@@ -354,6 +408,13 @@ _BUILDERS = {
     "image": _build_image,
     "speech": _build_speech,
     "video": _build_video,
+}
+_REQUESTS: dict[str, type[CapabilityRequest]] = {
+    "text": TextRequest,
+    "embedding": EmbeddingRequest,
+    "image": ImageRequest,
+    "speech": SpeechRequest,
+    "video": VideoRequest,
 }
 
 

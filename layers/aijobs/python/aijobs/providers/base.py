@@ -11,6 +11,12 @@ A provider (the adapters in this package: `local`, `bedrock`, `polly`, `openai`)
 | `speech`    | `synthesize_speech`           | `SpeechRequest`    | `ProviderResult` |
 | `video`     | `start_video` / `check_video` | `VideoRequest`     | `ProviderResult` |
 
+Each adapter module also offers `check_request(request)`: a pure check, without calls, of the
+request's options for the model it names (`InvalidOptionError` naming the option, the allowed
+values and the model). The adapter's own methods run it before calling, and the API runs the same
+function at submit (aijobs.kinds.run.check_model_options), so a value the model does not take is a
+422 there, from the same table.
+
 An adapter never knows which job kind called it: a kind (aijobs.kinds) turns a job into one of
 these requests and the answer into the job's output. Adapters raise the typed errors of
 `aijobs.errors` (the retry taxonomy); they never see queue messages or rows, and never log input
@@ -150,6 +156,10 @@ class VideoRequest(_Port):
     resolution: str | None = None
     seed: int | None = None
     loop: bool = False
+
+
+# Any capability's request (what an adapter's pure `check_request` looks at).
+CapabilityRequest = TextRequest | EmbeddingRequest | ImageRequest | SpeechRequest | VideoRequest
 
 
 class ProviderResult(_Port):

@@ -28,11 +28,18 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderAuthError, TransientProviderError
+from aijobs.errors import (
+    InputTooLargeError,
+    InvalidInputError,
+    InvalidOptionError,
+    ProviderAuthError,
+    TransientProviderError,
+)
 from aijobs.provider_plan import PROVIDER_CAPABILITIES, base_model_id
 from aijobs.providers.base import (
     Artifact,
     Call,
+    CapabilityRequest,
     EmbeddingRequest,
     EmbeddingResult,
     ImageRequest,
@@ -51,6 +58,7 @@ _MAX_IMAGE_BYTES = 3_932_160  # Converse: 3.75 MB per image
 _MAX_TOKENS = 10_000  # Nova's output limit (Nova 2 and Pro take more; a kind asks for what it needs)
 _MAX_EMBED_CHARS = 50_000  # Titan Text Embeddings V2: 50,000 characters (8,192 tokens) per text
 _MAX_EMBED_TEXTS = 100  # one InvokeModel per text: bounded so a batch fits in one Lambda run
+# The options each model family takes (checked by `check_request`, at submit and before a call).
 _EMBED_DIMENSIONS = (256, 512, 1024)
 _MAX_STABILITY_PROMPT = 10_000
 _STABILITY_MAX_SEED = 4_294_967_294
@@ -62,6 +70,12 @@ _STABILITY_MODEL_ERROR = "Inference error"
 _LUMA_RATIOS = frozenset({"1:1", "16:9", "9:16", "4:3", "3:4", "21:9", "9:21"})
 _LUMA_SECONDS = (5, 9)
 _LUMA_RESOLUTIONS = ("720p", "540p")
+# How a message names each family's models (with the model id).
+_FAMILY_NAMES = {
+    "titan-embed-v2": "Titan Text Embeddings V2",
+    "stability": "Stability AI",
+    "luma-ray": "Luma Ray 2",
+}
 _ASYNC_ARN = re.compile(r"^arn:aws(?:-[^:]+)?:bedrock:[a-z0-9-]{1,20}:[0-9]{12}:async-invoke/([a-z0-9]{12})$")
 
 _IMAGE_MAGIC = (
@@ -116,6 +130,49 @@ def family(model: str) -> str:
         if base.startswith(prefix):
             return name
     return "converse"
+
+
+def check_request(request: CapabilityRequest) -> None:
+    """Refuse, without a call, an option the model of `request` does not take: Titan Text
+    Embeddings V2's `dimensions`, Stability AI's aspect ratios, Luma Ray 2's `durationSeconds`,
+    `resolution`, aspect ratios and (none) `seed`. `InvalidOptionError` names the option, the
+    allowed values and the model. The adapter's calls run it first; the API runs it at submit. A
+    model of a family with no such request is left to the call (set-up, not the job's fault)."""
+    name = family(request.call.model)
+    if isinstance(request, EmbeddingRequest) and name == "titan-embed-v2":
+        _titan_dimensions(request)
+    elif isinstance(request, ImageRequest) and name == "stability":
+        if request.aspect_ratio not in _STABILITY_RATIOS:
+            raise InvalidOptionError("aspectRatio", sorted(_STABILITY_RATIOS), _named(request.call.model))
+    elif isinstance(request, VideoRequest) and name == "luma-ray":
+        _luma_settings(request)
+
+
+def _named(model: str) -> str:
+    return f"{_FAMILY_NAMES[family(model)]} ({model})"
+
+
+def _titan_dimensions(request: EmbeddingRequest) -> int:
+    dimensions = request.dimensions or _EMBED_DIMENSIONS[-1]
+    if dimensions not in _EMBED_DIMENSIONS:
+        raise InvalidOptionError("dimensions", _EMBED_DIMENSIONS, _named(request.call.model))
+    return dimensions
+
+
+def _luma_settings(request: VideoRequest) -> tuple[int, str]:
+    """(seconds, resolution) of a Luma Ray 2 request, its options checked."""
+    model = _named(request.call.model)
+    seconds = request.duration_seconds or _LUMA_SECONDS[0]
+    if seconds not in _LUMA_SECONDS:
+        raise InvalidOptionError("durationSeconds", _LUMA_SECONDS, model)
+    resolution = request.resolution or _LUMA_RESOLUTIONS[0]
+    if resolution not in _LUMA_RESOLUTIONS:
+        raise InvalidOptionError("resolution", _LUMA_RESOLUTIONS, model)
+    if request.aspect_ratio not in _LUMA_RATIOS:
+        raise InvalidOptionError("aspectRatio", sorted(_LUMA_RATIOS), model)
+    if request.seed is not None:
+        raise InvalidOptionError("seed", "unset (the model takes no seed)", model)
+    return seconds, resolution
 
 
 class BedrockProvider:
@@ -256,11 +313,7 @@ class BedrockProvider:
             raise ProviderAuthError(f"the bedrock adapter has no embedding request for model {model[:80]!r}")
         if len(request.texts) > _MAX_EMBED_TEXTS:
             raise InputTooLargeError(f"at most {_MAX_EMBED_TEXTS} texts per embedding request")
-        dimensions = request.dimensions or 1024
-        if dimensions not in _EMBED_DIMENSIONS:
-            raise InvalidInputError(
-                "option 'dimensions' must be 256, 512 or 1024 on Titan Text Embeddings V2"
-            )
+        dimensions = _titan_dimensions(request)
         vectors: list[tuple[float, ...]] = []
         tokens = 0
         # Titan V2 embeds one text per call. A failure part-way retries the whole job (and pays
@@ -298,8 +351,7 @@ class BedrockProvider:
         model = request.call.model
         if family(model) != "stability":
             raise ProviderAuthError(f"the bedrock adapter has no image request for model {model[:80]!r}")
-        if request.aspect_ratio not in _STABILITY_RATIOS:
-            raise InvalidInputError(f"aspect ratio must be one of {sorted(_STABILITY_RATIOS)}")
+        check_request(request)
         prompt = _text(request.prompt, _MAX_STABILITY_PROMPT)
         images: list[Artifact] = []
         blocked: list[str] = []
@@ -400,16 +452,7 @@ class BedrockProvider:
 
 
 def _luma_input(request: VideoRequest) -> dict[str, Any]:
-    seconds = request.duration_seconds or _LUMA_SECONDS[0]
-    if seconds not in _LUMA_SECONDS:
-        raise InvalidInputError("option 'durationSeconds' must be 5 or 9 on Luma Ray 2")
-    resolution = request.resolution or _LUMA_RESOLUTIONS[0]
-    if resolution not in _LUMA_RESOLUTIONS:
-        raise InvalidInputError("option 'resolution' must be 720p or 540p on Luma Ray 2")
-    if request.aspect_ratio not in _LUMA_RATIOS:
-        raise InvalidInputError(f"aspect ratio must be one of {sorted(_LUMA_RATIOS)} on Luma Ray 2")
-    if request.seed is not None:
-        raise InvalidInputError("Luma Ray 2 takes no seed")
+    seconds, resolution = _luma_settings(request)
     return {
         "prompt": _text(request.prompt, 5_000),
         "aspect_ratio": request.aspect_ratio,

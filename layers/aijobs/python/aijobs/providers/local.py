@@ -28,6 +28,7 @@ from typing import Any
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
+    InvalidOptionError,
     ProviderAuthError,
     ThrottledError,
     TransientProviderError,
@@ -36,6 +37,7 @@ from aijobs.provider_plan import LOCAL_MODELS, PROVIDER_CAPABILITIES
 from aijobs.providers.base import (
     Artifact,
     Call,
+    CapabilityRequest,
     EmbeddingRequest,
     EmbeddingResult,
     ImageRequest,
@@ -55,6 +57,9 @@ MODELS = {capability: (model,) for capability, model in LOCAL_MODELS.items()} | 
 }
 
 _MAX_TEXT_CHARS = 1_000_000
+# The sizes the local embedding model makes (checked by `check_request`, at submit and in `embed`).
+EMBED_DIMENSIONS = (8, 1024)
+_EMBED_DEFAULT_DIMENSIONS = 64
 _MAX_EMBED_BATCH = 2048
 _MAX_IMAGE_BYTES = 20 * 1024 * 1024
 _MAX_DECODE_PIXELS = 4096 * 4096
@@ -691,6 +696,24 @@ def directives_of(text: str) -> tuple[_Directives, str]:
     return found, "\n".join(lines)
 
 
+def check_request(request: CapabilityRequest) -> None:
+    """Refuse, without work, an option the local models do not take: an embedding `dimensions`
+    outside `EMBED_DIMENSIONS` (`InvalidOptionError` naming the option, the range and the model).
+    The adapter runs it before the work; the API runs it at submit."""
+    if isinstance(request, EmbeddingRequest):
+        _dimensions(request)
+
+
+def _dimensions(request: EmbeddingRequest) -> int:
+    dimensions = request.dimensions if request.dimensions is not None else _EMBED_DEFAULT_DIMENSIONS
+    low, high = EMBED_DIMENSIONS
+    if not low <= dimensions <= high:
+        raise InvalidOptionError(
+            "dimensions", f"{low} to {high}", request.call.model or "the local embedding model"
+        )
+    return dimensions
+
+
 class LocalProvider:
     """The in-process provider: every capability, deterministic (the same request gives the same
     answer), no network. Its models are `MODELS`; any other model id is refused as unavailable.
@@ -774,9 +797,7 @@ class LocalProvider:
         self._simulate(request.call, directives, "embedding")
         if len(request.texts) > _MAX_EMBED_BATCH:
             raise InputTooLargeError(f"at most {_MAX_EMBED_BATCH} texts per request")
-        dimensions = request.dimensions if request.dimensions is not None else 64
-        if not 8 <= dimensions <= 1024:
-            raise InvalidInputError("the local embedding model makes 8 to 1024 dimensions")
+        dimensions = _dimensions(request)
         texts = (first, *request.texts[1:])
         if not any(_words(text) for text in texts):
             raise InvalidInputError("input has no words to embed")

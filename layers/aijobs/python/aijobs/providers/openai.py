@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderError
+from aijobs.errors import InputTooLargeError, InvalidInputError, InvalidOptionError, ProviderError
 from aijobs.provider_plan import PROVIDER_CAPABILITIES
 from aijobs.providers.base import (
     Artifact,
+    CapabilityRequest,
     EmbeddingRequest,
     EmbeddingResult,
     ImageRequest,
@@ -44,6 +45,16 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _IMAGE_SIZES = {"1:1": "1024x1024", "landscape": "1536x1024", "portrait": "1024x1536"}
 _DALLE3_SIZES = {"1:1": "1024x1024", "landscape": "1792x1024", "portrait": "1024x1792"}
 
+# Where OpenAI's own models take fewer options than the kinds offer (checked by `check_request`, at
+# submit and before a call): the largest `dimensions` of an embedding model (None: it takes none),
+# and the most images per request. Other ids (a gateway's, vLLM's, Ollama's) are the endpoint's.
+EMBEDDING_DIMENSIONS: dict[str, int | None] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": None,
+}
+IMAGE_COUNTS = {"dall-e-3": 1}
+
 _MAX_TEXT_CHARS = 1_000_000  # far above any context window: refuse before uploading megabytes
 _MAX_BATCH = 2048  # OpenAI's limit of inputs per embeddings request
 _MAX_IMAGE_BYTES = 20 * 1024 * 1024  # OpenAI's limit per image in a chat request
@@ -55,6 +66,25 @@ _IMAGE_TYPES = (
     (b"GIF89a", "image/gif", "gif"),
     (b"RIFF", "image/webp", "webp"),  # and "WEBP" at offset 8
 )
+
+
+def check_request(request: CapabilityRequest) -> None:
+    """Refuse, without a call, an embedding `dimensions` or an image `count` an OpenAI model does
+    not take (`EMBEDDING_DIMENSIONS`, `IMAGE_COUNTS`); `InvalidOptionError` names the option, the
+    allowed values and the model. The adapter runs it before each call; the API at submit."""
+    model = request.call.model
+    if (
+        isinstance(request, EmbeddingRequest)
+        and request.dimensions is not None
+        and model in EMBEDDING_DIMENSIONS
+    ):
+        largest = EMBEDDING_DIMENSIONS[model]
+        if largest is None:
+            raise InvalidOptionError("dimensions", "unset (the model has one size)", model)
+        if not 1 <= request.dimensions <= largest:
+            raise InvalidOptionError("dimensions", f"1 to {largest}", model)
+    elif isinstance(request, ImageRequest) and model in IMAGE_COUNTS and request.count > IMAGE_COUNTS[model]:
+        raise InvalidOptionError("count", f"at most {IMAGE_COUNTS[model]}", model)
 
 
 class OpenAIProvider:
@@ -142,6 +172,7 @@ class OpenAIProvider:
 
     def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         model = request.call.model
+        check_request(request)
         texts = _batch_texts(list(request.texts))
         payload: dict[str, Any] = {"model": model, "input": texts}
         if request.dimensions is not None:
@@ -157,6 +188,7 @@ class OpenAIProvider:
 
     def generate_image(self, request: ImageRequest) -> ImageResult:
         model = request.call.model
+        check_request(request)
         prompt = _text(request.prompt, _MAX_TEXT_CHARS)
         size = _image_size(model, request.aspect_ratio)
         payload: dict[str, Any] = {"model": model, "prompt": prompt, "n": request.count, "size": size}

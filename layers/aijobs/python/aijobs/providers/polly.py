@@ -17,9 +17,15 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aijobs.errors import InputTooLargeError, InvalidInputError, ProviderError, TransientProviderError
+from aijobs.errors import (
+    InputTooLargeError,
+    InvalidInputError,
+    InvalidOptionError,
+    ProviderError,
+    TransientProviderError,
+)
 from aijobs.provider_plan import PROVIDER_CAPABILITIES
-from aijobs.providers.base import Artifact, Call, ProviderResult, SpeechRequest
+from aijobs.providers.base import Artifact, Call, CapabilityRequest, ProviderResult, SpeechRequest
 from aijobs.providers.failures import aws_failure, aws_task_failure, request_maybe_accepted
 from aijobs.store.results import result_prefix
 
@@ -81,7 +87,7 @@ def client_config(*, connect_timeout: float = 3, read_timeout: float = 30) -> Co
 class PollyProvider:
     """Amazon Polly adapter; the speech capability only.
 
-    A request's `voice` (an allow-listed VoiceId, default Joanna), `engine` (standard, neural,
+    A request's `voice` (a VoiceId of `VOICES`, default Joanna), `engine` (standard, neural,
     long-form, generative; default neural), `format` (mp3, ogg_vorbis, pcm; default mp3) and
     `text_type` (text or ssml). `bucket` receives the audio of long texts. The client is created on
     first use (never at import); tests inject a stubbed one.
@@ -95,7 +101,6 @@ class PollyProvider:
         *,
         bucket: str,
         client: Any = None,
-        voices: Collection[str] = VOICES,
         region_name: str | None = None,
         config: Config | None = None,
     ) -> None:
@@ -103,7 +108,6 @@ class PollyProvider:
             raise ValueError("bucket is required (long texts are synthesized into it)")
         self._bucket = bucket
         self._client = client
-        self._voices = frozenset(voices)
         self._region_name = region_name
         self._config = config or client_config()
 
@@ -122,19 +126,12 @@ class PollyProvider:
     def synthesize_speech(self, request: SpeechRequest) -> ProviderResult:
         """Speak the text, or with `call.handle` check its synthesis task."""
         text = _text(request.text)
-        speech = self._speech_params(request)
+        speech = speech_params(request)
         if request.call.handle is not None:
             return self._check(request.call.handle)
         if len(text) <= MAX_SYNC_CHARS:
             return self._synthesize(text, speech)
         return self._start(request.call, text, speech)
-
-    def _speech_params(self, request: SpeechRequest) -> dict[str, str]:
-        voice = _choice("voice", request.voice or DEFAULT_VOICE, self._voices)
-        engine = _choice("engine", request.engine or DEFAULT_ENGINE, ENGINES)
-        output_format = _choice("format", request.format or DEFAULT_FORMAT, _FORMATS)
-        text_type = _choice("textType", request.text_type, TEXT_TYPES)
-        return {"VoiceId": voice, "Engine": engine, "OutputFormat": output_format, "TextType": text_type}
 
     def _synthesize(self, text: str, speech: dict[str, str]) -> ProviderResult:
         response = self._call("synthesize_speech", Text=text, **speech)
@@ -217,6 +214,23 @@ class PollyProvider:
         return key
 
 
+def check_request(request: CapabilityRequest) -> None:
+    """Refuse, without a call, a speech request's `voice`, `engine`, `format` or `textType` outside
+    the allow-lists above (`InvalidOptionError` naming the option, the allowed values and Polly).
+    The adapter runs it before each call; the API runs it at submit."""
+    if isinstance(request, SpeechRequest):
+        speech_params(request)
+
+
+def speech_params(request: SpeechRequest) -> dict[str, str]:
+    """Polly's voice, engine, output format and text type of a request, each from its allow-list."""
+    voice = _choice("voice", request.voice or DEFAULT_VOICE, VOICES)
+    engine = _choice("engine", request.engine or DEFAULT_ENGINE, ENGINES)
+    output_format = _choice("format", request.format or DEFAULT_FORMAT, _FORMATS)
+    text_type = _choice("textType", request.text_type, TEXT_TYPES)
+    return {"VoiceId": voice, "Engine": engine, "OutputFormat": output_format, "TextType": text_type}
+
+
 def _text(text: str) -> str:
     if not text.strip():
         raise InvalidInputError("speech needs a non-empty text")
@@ -227,7 +241,7 @@ def _text(text: str) -> str:
 
 def _choice(key: str, value: str, allowed: Collection[str]) -> str:
     if value not in allowed:
-        raise InvalidInputError(f"option {key!r} must be one of: {', '.join(sorted(allowed))}")
+        raise InvalidOptionError(key, f"one of {', '.join(sorted(allowed))}", "Amazon Polly")
     return value
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from importlib import import_module
 from typing import TYPE_CHECKING
 
 from aijobs.provider_plan import PROVIDERS
 
 if TYPE_CHECKING:
-    from aijobs.providers.base import Provider
+    from aijobs.providers.base import CapabilityRequest, Provider
     from aijobs.settings import _ProviderSettings
 
 PROVIDER_NAMES = PROVIDERS
@@ -75,6 +76,16 @@ def openai_key_source(secret_name: str | None) -> Callable[[], str | None]:
         return value if isinstance(value, str) else value.decode()
 
     return from_secret
+
+
+def request_check(name: str) -> Callable[[CapabilityRequest], None]:
+    """The `check_request` of provider `name`'s adapter module: its pure check of a request's
+    options for the model the request names (no adapter built, no settings, no I/O). The API runs
+    it at submit; the adapter's own calls run the very same function."""
+    if name not in PROVIDER_NAMES:
+        raise ValueError(f"unknown provider {name!r}; known providers: {', '.join(PROVIDER_NAMES)}")
+    check: Callable[[CapabilityRequest], None] = import_module(f"aijobs.providers.{name}").check_request
+    return check
 
 
 def reset_providers() -> None:
