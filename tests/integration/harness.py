@@ -323,9 +323,18 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) ->
 ApiCall = Callable[..., tuple[int, Any]]
 
 
-def api_caller(stage: Stage, monkeypatch: Any, *, credits: int) -> Iterator[ApiCall]:
-    """`call(method, path, body)` through the real API handler as alice (with `credits` that
-    outlive the real clock), for a fixture to `yield from`; the runtime is reset afterwards."""
+def nothing_written(stage: Stage, credits: int, user: str = "alice") -> None:
+    """A refused submission left no job row and the whole balance."""
+    assert stage.store_for(user).ledger.account(user).balance == credits
+    assert stage.store_for(user).list_jobs(user).jobs == []
+
+
+def api_caller(
+    stage: Stage, monkeypatch: Any, *, credits: int, operators: tuple[str, ...] = ()
+) -> Iterator[ApiCall]:
+    """`call(method, path, body, key="alice")` through the real API handler as alice (with
+    `credits` that outlive the real clock) or as one of `operators` (operator keys), for a fixture
+    to `yield from`; the runtime is reset afterwards."""
     from api import handler
 
     from aijobs_cli.esm import LambdaContext
@@ -335,12 +344,13 @@ def api_caller(stage: Stage, monkeypatch: Any, *, credits: int) -> Iterator[ApiC
     runtime.reset_runtime()
     runtime.api_service().clock = stage.clock
     stage.directory.ensure_user("alice")
-    key = stage.directory.create_api_key("alice")
+    keys = {"alice": stage.directory.create_api_key("alice")}
+    keys |= {name: stage.directory.create_api_key(name, role="operator") for name in operators}
     stage.store_for("alice").ledger.grant("alice", credits, datetime.now(UTC) + timedelta(days=30))
 
-    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def call(method: str, path: str, body: Any = None, *, key: str = "alice") -> tuple[int, Any]:
         event = load_event("api-post-jobs.json")
-        event["headers"]["authorization"] = f"Bearer {key}"
+        event["headers"]["authorization"] = f"Bearer {keys[key]}"
         event["headers"].pop("idempotency-key", None)
         event["requestContext"]["http"]["method"] = method
         event["rawPath"] = event["requestContext"]["http"]["path"] = path

@@ -17,16 +17,14 @@ import boto3
 import pytest
 from typer.testing import CliRunner, Result
 
-from aijobs import runtime
 from aijobs.bounds import INVALID_STORED, BoundError
 from aijobs.domain import JobStatus
 from aijobs.spend import day_of
 from aijobs.store.keys import PK, PROFILE_SK, SK, user_pk
 from aijobs.store.retention import RETENTION_KEY, write_retention
 from aijobs.store.spend import STATE_SK, SpendRecords, day_pk
-from aijobs_cli.esm import LambdaContext
 from aijobs_cli.main import app
-from tests.integration.harness import Stage, load_event
+from tests.integration.harness import Stage, api_caller
 
 pytestmark = pytest.mark.integration
 
@@ -57,33 +55,7 @@ Call = Callable[..., tuple[int, Any]]
 def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
     """`call(method, path, body, key=...)` through the API's Lambda handler, as alice (credits
     granted) or as the operator `ops`."""
-    from api import handler
-
-    for key, value in stage.resources.api_env().items():
-        monkeypatch.setenv(key, value)
-    runtime.reset_runtime()
-    runtime.api_service().clock = stage.clock
-    keys = {
-        "alice": stage.directory.create_api_key("alice"),
-        "ops": stage.directory.create_api_key("ops", role="operator"),
-    }
-    stage.store_for("alice").ledger.grant("alice", 100, datetime.now(UTC) + timedelta(days=30))
-
-    def call(method: str, path: str, body: Any = None, *, key: str = "alice") -> tuple[int, Any]:
-        event = load_event("api-post-jobs.json")
-        event["headers"]["authorization"] = f"Bearer {keys[key]}"
-        event["headers"].pop("idempotency-key", None)
-        event["requestContext"]["http"]["method"] = method
-        event["rawPath"] = event["requestContext"]["http"]["path"] = path
-        event["rawQueryString"] = ""
-        event.pop("queryStringParameters", None)
-        event["body"] = json.dumps(body) if body is not None else None
-        event["isBase64Encoded"] = False
-        response = handler.handler(event, LambdaContext("api"))
-        return response["statusCode"], json.loads(response["body"])
-
-    yield call
-    runtime.reset_runtime()
+    yield from api_caller(stage, monkeypatch, credits=100, operators=("ops",))
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from aijobs.providers.base import Call as ProviderCall
 from aijobs.providers.base import EmbeddingRequest, SpeechRequest, VideoRequest
 from aijobs.stage_config import parse_stage_config
 from aijobs_cli.resources import provision
-from tests.integration.harness import Clock, Stage, api_caller
+from tests.integration.harness import Clock, Stage, api_caller, nothing_written
 from tests.probe_kinds import declared
 
 pytestmark = pytest.mark.integration
@@ -95,8 +95,7 @@ def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
 
 
 def _nothing_written(stage: Stage) -> None:
-    assert stage.store_for("alice").ledger.account("alice").balance == 1_000
-    assert stage.store_for("alice").list_jobs("alice").jobs == []
+    nothing_written(stage, credits=1_000)
 
 
 def _refused(stage: Stage, answer: Any, option: str, *says: str) -> None:

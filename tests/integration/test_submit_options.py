@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import Stage, api_caller
+from tests.integration.harness import Stage, api_caller, nothing_written
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +34,7 @@ def api(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call]:
 
 
 def _nothing_written(stage: Stage) -> None:
-    assert stage.store_for("alice").ledger.account("alice").balance == 1_000
-    assert stage.store_for("alice").list_jobs("alice").jobs == []
+    nothing_written(stage, credits=1_000)
 
 
 @pytest.mark.parametrize(
