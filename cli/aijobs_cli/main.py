@@ -76,8 +76,27 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)  # an id in a message stays on one line
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import aijobs
+
+        out.print(f"aijobs {aijobs.__version__}")  # the CHANGELOG's heading for this release
+        raise typer.Exit()
+
+
 @app.callback()
-def _quiet_library(ctx: typer.Context) -> None:
+def _quiet_library(
+    ctx: typer.Context,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="print the version and exit",
+        ),
+    ] = False,
+) -> None:
     """Keep stdout for the command's own output (`--json` must parse): the library's JSON logs go
     to stderr at WARNING and its metrics stay off, except in `dev`, whose logs are the point."""
     if ctx.invoked_subcommand == "dev":

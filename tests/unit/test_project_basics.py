@@ -30,3 +30,13 @@ def test_the_version_has_one_home_and_the_changelog_starts_with_it() -> None:
     # Newest first, each version once.
     versions = [tuple(int(part) for part in heading.split(".")) for heading in headings]
     assert versions == sorted(set(versions), reverse=True)
+
+
+def test_the_cli_says_its_version() -> None:
+    from typer.testing import CliRunner
+
+    from aijobs_cli.main import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"aijobs {aijobs.__version__}"
