@@ -20,7 +20,7 @@ from aijobs.workflows.report import chunk_text
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.main import REPORT_CHUNK_CHARS, app, sample_report
 from aijobs_cli.target import Target
-from tests.integration.harness import running_local_stack
+from tests.integration.harness import running_local_stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def _get(client: Target, job_id: str) -> Any:
     return response.body
 
 
-def _wait(client: Target, job_id: str, timeout: float = 40) -> Any:
+def _wait(client: Target, job_id: str, timeout: float = 120) -> Any:
     deadline = time.monotonic() + timeout
     job = _get(client, job_id)
     while job["status"] not in TERMINAL:
@@ -126,7 +126,7 @@ def report_run(client: Target, outage_report: str) -> ReportRun:
         client, {"kind": "report", "inputRef": ref, "options": {"chunkChars": REPORT_CHUNK_CHARS}}
     )
     seen: list[tuple[int, int, int, int]] = []
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + 120  # fails only on a real hang
     while True:
         job = _get(client, job_id)
         progress = job["progress"]
@@ -285,14 +285,15 @@ def test_cli_dlq_list_names_a_dead_lettered_childs_parent(
     job = _wait(client, job_id)
     assert (job["status"], job["lastErrorClass"]) == ("failed_final", "children_failed"), job
     child_id = f"{job_id}.00000"
-    deadline = time.monotonic() + 20
-    while True:
-        listed = _cli(stack, "dlq", "list", "--kind", "summary", "--json")
-        assert listed.exit_code == 0, listed.output
-        entries = {entry["job_id"]: entry for entry in json.loads(listed.stdout)}
-        if child_id in entries or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+    entries: dict[str, Any] = {}
+
+    def listed() -> bool:
+        shown = _cli(stack, "dlq", "list", "--kind", "summary", "--json")
+        assert shown.exit_code == 0, shown.output
+        entries.update({entry["job_id"]: entry for entry in json.loads(shown.stdout)})
+        return child_id in entries
+
+    wait_until(listed, "the child's dead letter")
     assert entries[child_id]["parent_id"] == job_id
     assert _get(client, child_id)["deadLettered"] is True
 
@@ -300,9 +301,13 @@ def test_cli_dlq_list_names_a_dead_lettered_childs_parent(
 # --- the demo --------------------------------------------------------------------------------------
 
 
+# Far beyond any run, however busy the machine: the demo must end when its jobs have, not wait it out.
+DEMO_TIMEOUT = 600
+
+
 def test_demo_summarizes_the_sample_report_next_to_the_mix(stack: LocalStack) -> None:
     started = time.monotonic()
-    result = _cli(stack, "demo", "--json", "--timeout", "50")
+    result = _cli(stack, "demo", "--json", "--timeout", str(DEMO_TIMEOUT))
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     report = data["report"]
@@ -314,4 +319,4 @@ def test_demo_summarizes_the_sample_report_next_to_the_mix(stack: LocalStack) ->
     assert report["summary"]
     assert report["jobId"]
     assert "unfinished" not in data["outcomes"], data["outcomes"]
-    assert time.monotonic() - started < 50
+    assert time.monotonic() - started < DEMO_TIMEOUT
