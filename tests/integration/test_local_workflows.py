@@ -242,12 +242,25 @@ def test_cli_children_pages_and_follows_cursors(stack: LocalStack, report_run: R
 
 
 def test_cli_cancel_a_running_report(stack: LocalStack, client: Target) -> None:
+    """Cancelled once it has split, while its parts wait (their consumer is paused, so the report
+    can neither be caught still queued nor finish first, however fast or slow the machine): the
+    cancel is recorded on the running report, its parts never run, and it ends cancelled."""
+    assert stack.resources is not None
     text = "\n\n".join(f"Paragraph {n} about cancelling. It has a second sentence." for n in range(30))
-    job_id = _submit(client, {"kind": "report", "input": text, "options": {"chunkChars": 500}})
-    cancelled = _cli(stack, "cancel", job_id, "--json")
-    assert cancelled.exit_code == 0, cancelled.output
-    view = json.loads(cancelled.stdout)
-    assert (view["status"], view["lastErrorClass"]) == ("failed_final", "cancelled"), view
+    stack.control.set_kind(stack.resources, "summary", enabled=False)
+    try:
+        job_id = _submit(client, {"kind": "report", "input": text, "options": {"chunkChars": 500}})
+        wait_until(lambda: _get(client, job_id)["progress"]["total"] > 0, "the report to split")
+        cancelled = _cli(stack, "cancel", job_id, "--json")
+        assert cancelled.exit_code == 0, cancelled.output
+        view = json.loads(cancelled.stdout)
+        assert (view["status"], view["lastErrorClass"]) == ("running", None), view
+        assert view["cancelRequestedAt"], view
+    finally:
+        stack.control.set_kind(stack.resources, "summary", enabled=True)
+    job = _wait(client, job_id)
+    assert (job["status"], job["lastErrorClass"]) == ("failed_final", "cancelled"), job
+    assert job["progress"]["succeeded"] == 0, job  # no part ran
     again = _cli(stack, "cancel", job_id)  # a cancelled job answers a cancel again
     assert again.exit_code == 0, again.output
     assert f"{job_id}  failed_final" in again.stdout
