@@ -714,9 +714,10 @@ _SQS_COUNTS = (
 )
 
 
-def _message_counts(queue: Any) -> dict[str, int]:
-    """moto's three counts (visible and not delayed; delayed; not visible) in one walk, at one time."""
-    now = time.time() * 1000.0
+def _message_counts(queue: Any, now: float) -> dict[str, int]:
+    """moto's three counts (visible and not delayed; delayed; not visible) in one walk, at one
+    time: `now`, in milliseconds of moto's SQS clock (so a test that sets that clock moves these
+    counts with its messages' visibility)."""
     ready = delayed = in_flight = 0
     for message in queue._messages:
         visible = now > message.visible_at
@@ -760,7 +761,7 @@ def _patch_sqs(sqs_models: Any, field: Callable[[str], str]) -> None:
         return original_unix_time_millis(dt) if dt is not None else time.time() * 1000.0
 
     def attributes(self: Any) -> dict[str, Any]:
-        counts = _message_counts(self)
+        counts = _message_counts(self, sqs_models.unix_time_millis())
         return {name: _attribute_value(self, name, counts, field) for name in _attribute_names(self)}
 
     def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
@@ -770,7 +771,11 @@ def _patch_sqs(sqs_models: Any, field: Callable[[str], str]) -> None:
             answer: dict[str, Any] = original_lookup(self, queue_name, attribute_names)
             return answer  # nothing asked, "All", or a name moto refuses
         present = set(_attribute_names(queue))
-        counts = _message_counts(queue) if any(n in _SQS_COUNTS for n in attribute_names) else {}
+        counts = (
+            _message_counts(queue, sqs_models.unix_time_millis())
+            if any(n in _SQS_COUNTS for n in attribute_names)
+            else {}
+        )
         found: dict[str, Any] = {}
         for name in attribute_names:
             if name in present:

@@ -60,7 +60,7 @@ def page(browser: Any, stack: LocalStack) -> Iterator[Any]:
     opened.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     opened.on("pageerror", lambda error: problems.append(str(error)))
     opened.problems = problems
-    opened.set_default_timeout(15_000)
+    opened.set_default_timeout(60_000)  # each wait ends as soon as the page shows it: this is a hang guard
     yield opened
     context.close()
 

@@ -62,7 +62,8 @@ def schedule_event(expression: str) -> dict[str, Any]:
 
 
 class Clock:
-    """A clock the test moves by hand (leases and timestamps); SQS timing stays real."""
+    """A clock the test moves by hand (leases and timestamps); SQS timing stays real unless the
+    test puts moto's SQS on this clock too (`sqs_on`)."""
 
     def __init__(self) -> None:
         self.now = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
@@ -122,6 +123,31 @@ class CountingProvider(LocalProvider):
         self._count(request)
         result: ProviderResult = self.after(super().check_video(request))
         return result
+
+
+@contextmanager
+def sqs_on(clock: Clock) -> Iterator[None]:
+    """moto's SQS reads `clock` instead of the wall clock inside the block: a delayed message or a
+    hidden one (a visibility timeout) comes back when the test advances the clock, never because
+    the machine was slow to reach the next line. Enter it before the test sends its first message
+    (messages sent on the wall clock would be out of step), and advance the clock to let even a
+    zero visibility timeout pass (moto's SQS shows a message only once its time is past)."""
+    from moto.sqs import models as sqs_models
+
+    models: Any = sqs_models  # the module's clock, as aijobs_cli.moto_speedups sets it
+    wall = models.unix_time, models.unix_time_millis
+
+    def unix_time(dt: Any = None) -> float:
+        return wall[0](dt) if dt is not None else clock().timestamp()
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return wall[1](dt) if dt is not None else clock().timestamp() * 1000.0
+
+    models.unix_time, models.unix_time_millis = unix_time, unix_time_millis
+    try:
+        yield
+    finally:
+        models.unix_time, models.unix_time_millis = wall
 
 
 @dataclass

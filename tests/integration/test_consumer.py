@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import boto3
@@ -13,7 +12,7 @@ from aijobs.domain import JobStatus
 from aijobs.errors import ProviderAuthError
 from aijobs.kinds.registry import require
 from aijobs_cli.esm import LambdaContext, sqs_record
-from tests.integration.harness import Stage, consumer_event
+from tests.integration.harness import Stage, consumer_event, sqs_on
 
 pytestmark = pytest.mark.integration
 
@@ -71,14 +70,16 @@ def test_a_failed_attempt_leaves_the_row_failed_retryable(stage: Stage) -> None:
 
 def test_throttling_honours_retry_after(stage: Stage) -> None:
     # The local provider answers `#fail:429x1` with Retry-After: 1 s; the back-off setting is 0 here.
-    job = stage.submit("alice", "summary", "#fail:429x1 " + TEXT)
-    first = stage.mapping("summary").poll_once()
-    assert len(first.failed_ids) == 1
-    assert stage.job(job).last_error_class == "throttled"
-    assert stage.mapping("summary").poll_once().received == 0  # still hidden: Retry-After honoured
-    time.sleep(1.2)
-    stage.clock.advance(1.2)  # the row's retry time follows the consumer's clock
-    assert stage.mapping("summary").poll_once().failed_ids == []
+    # SQS on the test's clock: the message's hiding ends when the clock says, however slow the run.
+    with sqs_on(stage.clock):
+        job = stage.submit("alice", "summary", "#fail:429x1 " + TEXT)
+        first = stage.mapping("summary").poll_once()
+        assert len(first.failed_ids) == 1
+        assert stage.job(job).last_error_class == "throttled"
+        stage.clock.advance(0.5)  # the back-off (0 s) is over, Retry-After (1 s) is not
+        assert stage.mapping("summary").poll_once().received == 0  # still hidden: Retry-After honoured
+        stage.clock.advance(0.7)  # past Retry-After: for SQS and for the row's retry time alike
+        assert stage.mapping("summary").poll_once().failed_ids == []
     row = stage.job(job)
     assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 2)
 

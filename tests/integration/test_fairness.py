@@ -19,7 +19,7 @@ from aijobs.scheduled.context import CronRun
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs.store.tenants import PROFILE_CACHE_SECONDS
-from tests.integration.harness import Stage
+from tests.integration.harness import Stage, sqs_on
 
 # Speech is asynchronous on the local provider: `#running:N` keeps its task going.
 KIND = "tts-generate"
@@ -72,60 +72,62 @@ def test_a_flooding_tenant_does_not_hold_up_another_tenants_job(stage: Stage) ->
 def test_a_tenant_at_its_cap_waits_without_spending_an_attempt_and_runs_once_below_it(
     stage: Stage,
 ) -> None:
-    jobs = [stage.submit("tenant-a", KIND, RUNS_FOREVER) for _ in range(3)]
-    mapping = stage.mapping(KIND, batch_size=10)
+    with sqs_on(stage.clock):  # the held copy's delay ends when the test's clock says
+        jobs = [stage.submit("tenant-a", KIND, RUNS_FOREVER) for _ in range(3)]
+        mapping = stage.mapping(KIND, batch_size=10)
 
-    outcome = mapping.poll_once()
-    assert outcome.received == 3
-    assert outcome.failed_ids == []  # held jobs are acknowledged
-    assert _statuses(stage, jobs) == {JobStatus.RUNNING: 2, JobStatus.QUEUED: 1}
-    held = next(job for job in jobs if stage.job(job).status is JobStatus.QUEUED)
-    assert stage.job(held).attempts == 0
-    # Not dropped: a fresh copy waits in the queue, delayed (TENANT_HOLD_SECONDS and a spread),
-    # beside the two running jobs' re-checks.
-    attributes = stage.sqs.get_queue_attributes(
-        QueueUrl=stage.resources.queue_urls[KIND], AttributeNames=["ApproximateNumberOfMessagesDelayed"]
-    )["Attributes"]
-    assert attributes["ApproximateNumberOfMessagesDelayed"] == "3"
+        outcome = mapping.poll_once()
+        assert outcome.received == 3
+        assert outcome.failed_ids == []  # held jobs are acknowledged
+        assert _statuses(stage, jobs) == {JobStatus.RUNNING: 2, JobStatus.QUEUED: 1}
+        held = next(job for job in jobs if stage.job(job).status is JobStatus.QUEUED)
+        assert stage.job(held).attempts == 0
+        # Not dropped: a fresh copy waits in the queue, delayed (TENANT_HOLD_SECONDS and a spread),
+        # beside the two running jobs' re-checks.
+        attributes = stage.sqs.get_queue_attributes(
+            QueueUrl=stage.resources.queue_urls[KIND], AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+        )["Attributes"]
+        assert attributes["ApproximateNumberOfMessagesDelayed"] == "3"
 
-    # One of the running jobs ends: the held one starts when its copy comes back.
-    running = next(job for job in jobs if stage.job(job).status is JobStatus.RUNNING)
-    store = stage.store_for("tenant-a")
-    store.fail_final(stage.job(running), now=stage.clock(), error_class="cancelled", message="test")
-    time.sleep(1.2)  # the copy's delay: TENANT_HOLD_SECONDS=1 (a spread of up to half of it: 0)
-    assert mapping.poll_once().received == 1
+        # One of the running jobs ends: the held one starts when its copy comes back.
+        running = next(job for job in jobs if stage.job(job).status is JobStatus.RUNNING)
+        store = stage.store_for("tenant-a")
+        store.fail_final(stage.job(running), now=stage.clock(), error_class="cancelled", message="test")
+        stage.clock.advance(1.2)  # the copy's delay: TENANT_HOLD_SECONDS=1 (a spread of up to half of it: 0)
+        assert mapping.poll_once().received == 1
     assert stage.job(held).status is JobStatus.RUNNING
     assert stage.job(held).attempts == 1
 
 
 def test_a_held_job_is_not_resent_by_the_sweeper_and_runs_once_its_tenant_has_room(stage: Stage) -> None:
-    jobs = [stage.submit("tenant-a", KIND, RUNS_FOREVER) for _ in range(3)]
-    mapping = stage.mapping(KIND, batch_size=10)
-    mapping.poll_once()
-    held = next(job for job in jobs if stage.job(job).status is JobStatus.QUEUED)
-    url = stage.resources.queue_urls[KIND]
-    assert stage.depth(url) == 3  # the two running jobs' re-checks and the held job's copy
-    stage.send(held)  # a second copy of the held job's message (at-least-once delivery)
-    sweeper = runtime.build_cron_context(CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock)
-    sweep = CronRun("*/5 * * * *", "2026-11-29T09:10:00Z")
+    with sqs_on(stage.clock):  # each round's 4 s take the held copy's delay (1 s) past its end
+        jobs = [stage.submit("tenant-a", KIND, RUNS_FOREVER) for _ in range(3)]
+        mapping = stage.mapping(KIND, batch_size=10)
+        mapping.poll_once()
+        held = next(job for job in jobs if stage.job(job).status is JobStatus.QUEUED)
+        url = stage.resources.queue_urls[KIND]
+        assert stage.depth(url) == 3  # the two running jobs' re-checks and the held job's copy
+        stage.send(held)  # a second copy of the held job's message (at-least-once delivery)
+        sweeper = runtime.build_cron_context(
+            CronSettings.from_env(stage.resources.cron_env()), clock=stage.clock
+        )
+        sweep = CronRun("*/5 * * * *", "2026-11-29T09:10:00Z")
 
-    # Four rounds over three times STUCK_QUEUED_SECONDS, the tenant still at its cap: the held
-    # copy comes back, is held again, and the sweeper finds nothing lost. The extra copy is dropped.
-    for _ in range(4):
+        # Four rounds over three times STUCK_QUEUED_SECONDS, the tenant still at its cap: the held
+        # copy comes back, is held again, and the sweeper finds nothing lost. The extra copy is dropped.
+        for _ in range(4):
+            stage.clock.advance(4)
+            assert mapping.poll_once().failed_ids == []
+            assert run_sweeper(sweep, sweeper)["actions"] == {}
+            assert stage.depth(url) == 3
+        row = stage.job(held)
+        assert (row.status, row.attempts) == (JobStatus.QUEUED, 0)
+
+        running = next(job for job in jobs if stage.job(job).status is JobStatus.RUNNING)
+        store = stage.store_for("tenant-a")
+        store.fail_final(stage.job(running), now=stage.clock(), error_class="cancelled", message="test")
         stage.clock.advance(4)
-        time.sleep(1.2)  # the copy's delay: TENANT_HOLD_SECONDS=1 (a spread of up to half of it: 0)
-        assert mapping.poll_once().failed_ids == []
-        assert run_sweeper(sweep, sweeper)["actions"] == {}
-        assert stage.depth(url) == 3
-    row = stage.job(held)
-    assert (row.status, row.attempts) == (JobStatus.QUEUED, 0)
-
-    running = next(job for job in jobs if stage.job(job).status is JobStatus.RUNNING)
-    store = stage.store_for("tenant-a")
-    store.fail_final(stage.job(running), now=stage.clock(), error_class="cancelled", message="test")
-    stage.clock.advance(4)
-    time.sleep(1.2)
-    assert mapping.poll_once().received == 1
+        assert mapping.poll_once().received == 1
     row = stage.job(held)
     assert (row.status, row.attempts) == (JobStatus.RUNNING, 1)
     assert stage.provider.calls[held.job_id] == 1

@@ -35,12 +35,12 @@ def _in_threads(*targets: Any) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=120)
     assert not any(thread.is_alive() for thread in threads)
 
 
 def test_concurrent_jobs_log_only_their_own_ids(log_lines: io.StringIO) -> None:
-    both_inside = threading.Barrier(2, timeout=10)
+    both_inside = threading.Barrier(2, timeout=60)  # fails only on a real hang
 
     def job(job_id: str) -> None:
         with log_context(jobId=job_id, correlation_id=job_id, kind="summary"):
@@ -74,7 +74,7 @@ def test_nested_contexts_restore_the_outer_keys(log_lines: io.StringIO) -> None:
 
 
 def test_each_invocation_logs_its_own_lambda_context(log_lines: io.StringIO) -> None:
-    both_inside = threading.Barrier(2, timeout=10)
+    both_inside = threading.Barrier(2, timeout=60)  # fails only on a real hang
 
     @log_lambda_context(correlation_id_path="requestContext.requestId")
     def handler(event: dict[str, Any], context: Any) -> str:

@@ -27,7 +27,7 @@ from aijobs.settings import CronSettings, WebhookSettings
 from aijobs.store.tenants import Principal
 from aijobs.webhooks.delivery import WebhookConsumer
 from aijobs.webhooks.secrets import ROTATION_OVERLAP, WebhookSecrets
-from aijobs.webhooks.transport import Poster
+from aijobs.webhooks.transport import Answer, Poster
 from aijobs.webhooks.urls import UrlPolicy
 from aijobs_cli.esm import QueueMapping
 from tests.integration.harness import Stage
@@ -40,6 +40,9 @@ pytestmark = pytest.mark.integration
 
 USER = "alice"
 HOST = "hooks.example.com"
+# How long the poster waits for the receiver here: an answer that takes longer is a hang (the
+# receiver runs in this process, on a machine that may be busy).
+ANSWER_TIMEOUT = 30.0
 
 
 @pytest.fixture
@@ -124,7 +127,9 @@ def hooks(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hooks]:
         clock=stage.clock,
         resolver=_resolver(resolved),
     )
-    consumer.poster = Poster(UrlPolicy(allow_http=True, allow_loopback=True), 0.5, consumer.poster.resolver)
+    consumer.poster = Poster(
+        UrlPolicy(allow_http=True, allow_loopback=True), ANSWER_TIMEOUT, consumer.poster.resolver
+    )
     consumer.backoff = type(consumer.backoff)(0, 0)  # retries come back at once (no sleeping)
     assert api.webhook_secrets is not None
     api.webhook_secrets = WebhookSecrets(
@@ -134,6 +139,18 @@ def hooks(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hooks]:
     with ScriptedServer() as receiver:
         yield Hooks(stage, receiver, api, consumer, resolved)
     runtime.reset_runtime()
+
+
+class TimeoutsInTurn(Poster):
+    """A poster whose POSTs wait for an answer as long as `timeouts` say, one after the other."""
+
+    def __init__(self, poster: Poster, timeouts: list[float]) -> None:
+        super().__init__(poster.policy, poster.timeout_seconds, poster.resolver)
+        self.timeouts = list(timeouts)
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+        self.timeout_seconds = self.timeouts.pop(0)
+        return super().post(url, body, headers)
 
 
 def _secret(hooks: Hooks) -> str:
@@ -200,9 +217,14 @@ def test_5xx_timeouts_and_hang_ups_are_retried_until_delivered(hooks: Hooks) -> 
     list(hooks.stage.drain("summary"))
     hooks.receiver.reply({"error": "busy"}, status=503)
     hooks.receiver.reply(None, hang_up=True)
-    hooks.receiver.reply({"ok": True}, delay=2.0)  # longer than the poster's 0.5 s timeout
+    # Answered only when the receiver stops: that attempt's short timeout always runs out first,
+    # while every other attempt may take as long as a busy machine needs.
+    hooks.receiver.reply({"ok": True}, delay=ANSWER_TIMEOUT * 10)
     hooks.receiver.reply({"error": "slow down"}, status=429)
     hooks.receiver.reply({"ok": True}, status=202)
+    hooks.consumer.poster = TimeoutsInTurn(
+        hooks.consumer.poster, [ANSWER_TIMEOUT, ANSWER_TIMEOUT, 0.5, ANSWER_TIMEOUT, ANSWER_TIMEOUT]
+    )
     hooks.deliver()
     assert len(hooks.receiver.requests) == 5
     # Every attempt of one outcome carries the same delivery id (the receiver dedupes on it).

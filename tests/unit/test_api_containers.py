@@ -27,7 +27,7 @@ def _fake_containers(handler: Any) -> tuple[list[ApiContainer], Callable[[], Api
 
 
 def test_busy_containers_make_room_for_concurrent_invocations_up_to_the_limit() -> None:
-    both_inside = threading.Barrier(2, timeout=10)
+    both_inside = threading.Barrier(2, timeout=60)  # fails only on a real hang
 
     def handler(event: dict[str, Any], _context: Any) -> str:
         both_inside.wait()  # returns only once the other invocation is running too

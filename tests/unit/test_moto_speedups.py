@@ -645,7 +645,9 @@ def queues() -> Iterator[dict[str, str]]:
                     "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 3}),
                     "KmsMasterKeyId": "alias/aws/sqs",
                     "Policy": json.dumps({"Version": "2012-10-17", "Statement": []}),
-                    "DelaySeconds": "1",
+                    # Long enough to outlast the test on any machine: a delay that ran out between
+                    # two lookups compared below would change a count between them.
+                    "DelaySeconds": "900",
                 },
             )["QueueUrl"],
             "fifo.fifo": sqs.create_queue(
