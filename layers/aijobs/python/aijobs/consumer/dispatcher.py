@@ -209,7 +209,8 @@ class Consumer:
         Only a fresh start is held: a provider re-check belongs to a job already counted. With no
         cap configured this costs nothing but the cached profile read. The count is one query of
         the tenant's own index partition, so concurrent consumers may overshoot the cap by their
-        number for a moment (docs/concepts/flow-control.md#fairness-between-tenants).
+        number less one when jobs arrive together, for as long as those jobs run
+        (docs/concepts/flow-control.md#fairness-between-tenants).
         """
         if message.check is not None or is_child_id(message.jobId):
             return False
