@@ -16,7 +16,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from aijobs.domain import JobStatus
+from aijobs.domain import Job, JobStatus
 from aijobs.providers.base import Call
 from aijobs.providers.bedrock import BedrockProvider, client_request_token
 from aijobs.providers.polly import MAX_SYNC_CHARS, PollyProvider
@@ -78,22 +78,29 @@ def _invocation(stage: Stage, job_id: str, arn: str, status: str, **extra: Any) 
     }
 
 
-def test_a_failed_video_task_is_started_again_with_a_new_token(
-    stage: Stage, bedrock: tuple[Any, Stubber]
-) -> None:
+def _first_task_fails(stage: Stage, bedrock: tuple[Any, Stubber], failure: str) -> tuple[Job, str]:
+    """A video job on the stubbed Bedrock whose first task starts, then ends `Failed` with
+    `failure`; returns the job and the token a new task must be started with."""
     client, stub = bedrock
     stage.consumer("video-generate").provider = BedrockProvider(bucket=stage.resources.bucket, client=client)
     job = stage.submit("alice", "video-generate", "waves at dusk", model=VIDEO_MODEL)
     first_token = client_request_token(Call(job_id=job.job_id, model=VIDEO_MODEL))
     second_token = client_request_token(Call(job_id=job.job_id, model=VIDEO_MODEL, tasks=1))
     assert first_token != second_token
-
     stub.add_response("start_async_invoke", {"invocationArn": FIRST}, _start(stage, job.job_id, first_token))
     stub.add_response(
         "get_async_invoke",
-        _invocation(stage, job.job_id, FIRST, "Failed", failureMessage="Internal server error"),
+        _invocation(stage, job.job_id, FIRST, "Failed", failureMessage=failure),
         {"invocationArn": FIRST},
     )
+    return job, second_token
+
+
+def test_a_failed_video_task_is_started_again_with_a_new_token(
+    stage: Stage, bedrock: tuple[Any, Stubber]
+) -> None:
+    _client, stub = bedrock
+    job, second_token = _first_task_fails(stage, bedrock, "Internal server error")
     # The retry: a new task under a new token (the old token would answer with the dead task)...
     stub.add_response(
         "start_async_invoke", {"invocationArn": SECOND}, _start(stage, job.job_id, second_token)
@@ -117,18 +124,8 @@ def test_a_failed_video_task_is_started_again_with_a_new_token(
 def test_a_lost_start_answer_after_a_failed_task_keeps_the_new_token(
     stage: Stage, bedrock: tuple[Any, Stubber]
 ) -> None:
-    client, stub = bedrock
-    stage.consumer("video-generate").provider = BedrockProvider(bucket=stage.resources.bucket, client=client)
-    job = stage.submit("alice", "video-generate", "waves at dusk", model=VIDEO_MODEL)
-    first_token = client_request_token(Call(job_id=job.job_id, model=VIDEO_MODEL))
-    second_token = client_request_token(Call(job_id=job.job_id, model=VIDEO_MODEL, tasks=1))
-
-    stub.add_response("start_async_invoke", {"invocationArn": FIRST}, _start(stage, job.job_id, first_token))
-    stub.add_response(
-        "get_async_invoke",
-        _invocation(stage, job.job_id, FIRST, "Failed", failureMessage="ThrottlingException: rate exceeded"),
-        {"invocationArn": FIRST},
-    )
+    _client, stub = bedrock
+    job, second_token = _first_task_fails(stage, bedrock, "ThrottlingException: rate exceeded")
     # The new task's start answer is lost (a 503 after the request may have been accepted)...
     stub.add_client_error(
         "start_async_invoke", "ServiceUnavailableException", "try again", 503,
