@@ -73,6 +73,19 @@ inputs it accepts; anything else goes to moto's own code unchanged); only the wo
    time.time() (the same clock, without building datetimes; given a datetime, moto's function
    answers). At 5,000 messages: a send 3.9 ms, a receive of 10 3 ms. Values, their order, and
    the errors are moto's. Remove when moto stops building every attribute per lookup.
+
+7. DynamoDB requests one at a time (moto.dynamodb.responses.DynamoHandler.call_action).
+   Not a speed-up: isolation. DynamoDB runs a transaction as one step that no other request can
+   see half-done or overwrite; moto's server answers requests on threads and runs a transaction
+   as a sequence of writes, so a transaction that fails puts back the items it named *as they were
+   when it started* (1. above), erasing whatever another request wrote to them meanwhile, and a
+   query or scan can iterate a partition another thread is changing ("Set changed size during
+   iteration"). Under load the local stack lost a job row that way: the row and its key were
+   written, and an overlapping copy of the same request rolled them back. The patch takes one
+   lock around each DynamoDB request, so requests run one after another, as the GIL mostly made
+   them run anyway (moto's DynamoDB is pure Python: the lock costs no parallelism). moto's
+   transaction support lists "an ongoing operation is updating the same item" as not emulated
+   (getmoto/moto#2879). Remove when moto serializes its DynamoDB backend.
 """
 
 from __future__ import annotations
@@ -208,6 +221,23 @@ def _patch_transactions(models: Any) -> None:
 
     setattr(models, "copy", _CopyModule())  # noqa: B010 (moto imports `copy` as a module global)
     models.DynamoDBBackend.transact_write_items = transact_write_items
+
+
+# --- 7. one DynamoDB request at a time -------------------------------------------------------------
+
+#: Held for the whole of each DynamoDB request moto answers (in a server or in-process).
+dynamodb_lock = threading.RLock()
+
+
+def _patch_isolation(handler_class: Any) -> None:
+    original = handler_class.call_action
+
+    @wraps(original)
+    def call_action(self: Any) -> Any:
+        with dynamodb_lock:
+            return original(self)
+
+    handler_class.call_action = call_action
 
 
 # --- 2. and 3. queries ---------------------------------------------------------------------------
@@ -799,6 +829,7 @@ def apply() -> None:
     from moto.core.utils import camelcase_to_underscores
     from moto.dynamodb import models
     from moto.dynamodb.models import table
+    from moto.dynamodb.responses import DynamoHandler
 
     # moto's parsing modules are untyped (`# type: ignore`): looked up as plain modules.
     ast_nodes: Any = importlib.import_module("moto.dynamodb.parsing.ast_nodes")
@@ -809,6 +840,7 @@ def apply() -> None:
     ORIGINALS.update(
         {
             "DynamoDBBackend.transact_write_items": models.DynamoDBBackend.transact_write_items,
+            "DynamoHandler.call_action": DynamoHandler.call_action,
             "Table.__init__": table.Table.__init__,
             "Table.query": table.Table.query,
             "Table.all_items": table.Table.all_items,
@@ -835,6 +867,7 @@ def apply() -> None:
     _patch_routing(backends)
     _patch_update_expressions(expressions, validators)
     _patch_sqs(sqs_models, camelcase_to_underscores)
+    _patch_isolation(DynamoHandler)
     # Not a speed-up: SQS behaviour moto lacks (fair queues), wanted wherever moto stands in for AWS.
     from aijobs_cli import moto_fair_queues
 

@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import random
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -243,6 +244,48 @@ def test_a_rollback_keeps_what_others_wrote_meanwhile(
     _run_failing(dynamodb, FAILING["a condition fails last"])
     assert table.get_item(DynamoType({"S": "u3"}), DynamoType({"S": "other"})) is not None
     assert table.get_item(DynamoType({"S": "u1"}), DynamoType({"S": "A#3"})) is None
+
+
+def test_no_request_writes_an_item_while_a_transaction_naming_it_runs(
+    dynamodb: DynamoDBClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Patch 7: a failing transaction puts back the items it named as they were when it started. A
+    write to one of them by another request before the transaction ends must not be erased: the
+    other request waits for the transaction (DynamoDB's isolation), then writes."""
+    _seed(dynamodb)
+    paused, resume = threading.Event(), threading.Event()
+    restore = moto_speedups._restore
+
+    def restore_later(saved: Any) -> None:  # the transaction has failed and is about to roll back
+        paused.set()
+        resume.wait(timeout=30)
+        restore(saved)
+
+    monkeypatch.setattr(moto_speedups, "_restore", restore_later)
+    errors: list[BaseException] = []
+
+    def run(action: Callable[[], Any]) -> threading.Thread:
+        def target() -> None:
+            try:
+                action()
+            except BaseException as error:  # noqa: BLE001 (reported by the assertion below)
+                errors.append(error)
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    transaction = run(lambda: _run_failing(dynamodb, FAILING["a condition fails last"]))
+    assert paused.wait(timeout=30)
+    writer = run(lambda: dynamodb.put_item(TableName=TABLE, Item=_item("u1", "A#1", n=7)))
+    writer.join(timeout=1.0)  # without the patch it is done by now (and rolled back below)
+    resume.set()
+    transaction.join(timeout=30)
+    writer.join(timeout=30)
+    assert not errors
+    assert dynamodb.get_item(TableName=TABLE, Key={"pk": {"S": "u1"}, "sk": {"S": "A#1"}})["Item"]["n"] == {
+        "N": "7"
+    }
 
 
 def test_a_table_with_a_stream_is_rolled_back_with_its_records(dynamodb: DynamoDBClient) -> None:
