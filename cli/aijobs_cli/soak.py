@@ -102,6 +102,11 @@ TEXTS = {
     "tts-generate": "welcome to the chaos soak",
     "video-generate": "waves on a beach",
 }
+#: Seconds between a submission's tries when it got no answer (the last is not waited for).
+SUBMIT_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 0.0)
+#: An accepted job whose row is absent this long after its 202, at this many polls in a row, is lost.
+MISSING_AFTER_SECONDS = 10.0
+MISSING_POLLS = 3
 INVARIANTS = {
     "jobs_lost": "not finished at the deadline, or row missing",
     "wrong_terminal_status": "final status (or dead-letter flag) other than its fault's",
@@ -174,6 +179,8 @@ class SoakJob:
     attempts: int = 0
     dead_lettered: bool = False
     missing: bool = False
+    # Polls in a row that found no row for it (a row that vanishes must not stall the run).
+    missing_polls: int = 0
     early_copy: float | None = None
     late_copy: bool = False
     dlq_copy: bool = False
@@ -1036,7 +1043,9 @@ def run_soak(
         else:
             words = f"{job.fault.directive} {TEXTS[job.kind]}".strip()
             path, body, accepted_status = "/jobs", {"kind": job.kind, "input": words}, 202
-        for _try in range(2):  # a retry with the same key must give the same job (or answer)
+        # A client with an Idempotency-Key retries what got no answer (a timeout on a busy machine):
+        # the same key must give the same job, or the same refusal, and charge once.
+        for backoff in SUBMIT_BACKOFF:
             response = api.call(target.api(by_user[job.user_id]), "POST", path, body, headers)
             if response is not None and response.status == accepted_status:
                 job.job_id, job.accepted_at = str(response.body["jobId"]), time.monotonic()
@@ -1051,6 +1060,8 @@ def run_soak(
                 return
             if response is not None and response.status < 500:
                 examples["api_rejections"].append(f"job #{job.index}: {response.status} {response.body}")
+                return
+            if halt.wait(backoff):
                 return
 
     def fire_pair(expression: str) -> None:
@@ -1189,7 +1200,19 @@ def run_soak(
             rows = target.rows([job for job in current if job.job_id not in finished])
             for job in current:
                 row = rows.get(job.job_id)
-                if job.job_id in finished or row is None or row.status not in (SUCCEEDED, FAILED_FINAL):
+                if job.job_id in finished:
+                    continue
+                if row is None and now - job.accepted_at > MISSING_AFTER_SECONDS:
+                    # An accepted job has a row from before its 202: one gone for several polls is
+                    # lost (reported as such), and the run goes on without it.
+                    job.missing_polls += 1
+                    if job.missing_polls >= MISSING_POLLS:
+                        job.missing = True
+                        finished.add(job.job_id)
+                        say(f"  {job.job_id}: its row is gone (counted as lost)")
+                    continue
+                job.missing_polls = 0
+                if row is None or row.status not in (SUCCEEDED, FAILED_FINAL):
                     continue
                 finished.add(job.job_id)
                 job.cost, job.status, job.last_error_class = row.cost, row.status, row.last_error_class
