@@ -268,7 +268,7 @@ def test_no_request_writes_an_item_while_a_transaction_naming_it_runs(
         def target() -> None:
             try:
                 action()
-            except BaseException as error:  # noqa: BLE001 (reported by the assertion below)
+            except BaseException as error:  # reported by the assertion below
                 errors.append(error)
 
         thread = threading.Thread(target=target, daemon=True)
