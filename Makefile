@@ -65,6 +65,7 @@ coverage: bootstrap
 ## Performance figures as ratios against baselines measured in the same run (prints, asserts nothing).
 bench: bootstrap
 	$(BIN)/python scripts/benchmark.py
+	$(BIN)/python scripts/benchmark_deployed.py
 	$(BIN)/python scripts/benchmark_local.py
 
 ## Fuzz the HTTP API from its OpenAPI document (schemathesis against the local stack, three keys; ~2 min).

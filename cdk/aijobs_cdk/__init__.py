@@ -10,12 +10,21 @@ DEPS_REQUIREMENTS = REPO_ROOT / "layers" / "deps" / "requirements.txt"
 # points elsewhere (e.g. at a layer built on a machine with network access).
 DEPS_LAYER_CACHE_DIR = REPO_ROOT / ".cache" / "deps-layer"
 # The Lambda Python runtime and architecture of every function; the dependency layer is built for
-# exactly these (lambda_defaults derives RUNTIME and ARCHITECTURE from them).
-LAMBDA_PYTHON_VERSION = "3.14"
+# exactly these (lambda_defaults derives RUNTIME and ARCHITECTURE from them). 3.13, not the newer
+# 3.14: every asset ships `.pyc` files, which only an interpreter of the runtime's own minor version
+# can write, and the build machines carry a 3.13 (pyenv) but no 3.14 (aijobs_cdk.compiled).
+LAMBDA_PYTHON_VERSION = "3.13"
 LAMBDA_ARCHITECTURE = "arm64"
-_WHEEL_MACHINE = {"arm64": "aarch64", "x86_64": "x86_64"}[LAMBDA_ARCHITECTURE]
-# Lambda's Python 3.12+ runtimes run on Amazon Linux 2023 (glibc 2.34): these wheel platforms fit it.
-LAMBDA_WHEEL_PLATFORMS = (f"manylinux2014_{_WHEEL_MACHINE}", f"manylinux_2_28_{_WHEEL_MACHINE}")
+WHEEL_MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
+_WHEEL_MACHINE = WHEEL_MACHINES[LAMBDA_ARCHITECTURE]
+
+
+def wheel_platforms(machine: str) -> tuple[str, ...]:
+    """Lambda's Python 3.12+ runtimes run on Amazon Linux 2023 (glibc 2.34): these platforms fit it."""
+    return (f"manylinux2014_{machine}", f"manylinux_2_28_{machine}")
+
+
+LAMBDA_WHEEL_PLATFORMS = wheel_platforms(_WHEEL_MACHINE)
 # Set on every function, and on the import benchmark's fresh interpreters (which measure what
 # Lambda loads): nothing the functions use registers a pydantic plugin, so pydantic need not scan
 # every installed distribution for one at cold start.

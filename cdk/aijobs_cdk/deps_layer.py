@@ -5,7 +5,11 @@ directly (`--platform ... --only-binary=:all: --python-version ...`). Every depe
 layers/deps/requirements.txt and installed with `--no-deps`, so boto3/botocore (provided by the
 Lambda runtime) are never bundled, not even as aws-xray-sdk's dependency.
 
-A layer is built once per hash of the lock, the pip options and BUILD_FORMAT, into
+Every `.py` is compiled for the runtime's Python (aijobs_cdk.compiled: unchecked-hash `.pyc`, by an
+interpreter of LAMBDA_PYTHON_VERSION; without one the layer ships sources and the build says so).
+
+A layer is built once per hash of the lock, the pip options, BUILD_FORMAT and whether it could be
+compiled, into
 `<cache>/<hash>/python` (cache: `.cache/deps-layer/`, or `$AIJOBS_DEPS_LAYER_CACHE`). `cdk synth`
 stages it from there through local bundling (lambda_defaults), and CDK reuses `cdk.out/asset.<hash>`
 while the hash is unchanged: only a cache miss needs the package index. No AWS, no Docker.
@@ -13,11 +17,9 @@ while the hash is unchanged: only a cache miss needs the package index. No AWS, 
 
 from __future__ import annotations
 
-import compileall
 import hashlib
 import json
 import os
-import py_compile
 import shutil
 import subprocess
 import sys
@@ -31,37 +33,51 @@ from aijobs_cdk import (
     LAMBDA_PYTHON_VERSION,
     LAMBDA_WHEEL_PLATFORMS,
     REPO_ROOT,
+    compiled,
 )
 
 CACHE_ENV = "AIJOBS_DEPS_LAYER_CACHE"
 # Bump when the steps after pip change what a layer holds (the pip options are part of the hash).
-BUILD_FORMAT = "2"
+BUILD_FORMAT = "3"
 
 
 class DepsLayerBuildError(Exception):
     """The dependency layer could not be built: synth stops rather than ship functions without it."""
 
 
-def pip_options() -> list[str]:
-    """What makes pip install wheels for Lambda instead of for this machine."""
-    platforms = [option for platform in LAMBDA_WHEEL_PLATFORMS for option in ("--platform", platform)]
+def pip_options(wheel_platforms: tuple[str, ...] = LAMBDA_WHEEL_PLATFORMS) -> list[str]:
+    """What makes pip install wheels for Lambda instead of for this machine (`wheel_platforms`: the
+    benchmark's as-deployed copy for this machine's architecture, scripts/benchmark.py)."""
+    platforms = [option for platform in wheel_platforms for option in ("--platform", platform)]
     return [
         "--no-deps", "--only-binary=:all:", "--implementation", "cp",
         "--python-version", LAMBDA_PYTHON_VERSION, *platforms,
     ]  # fmt: skip
 
 
-def pip_command(target: Path, requirements: Path = DEPS_REQUIREMENTS) -> list[str]:
+def pip_command(
+    target: Path,
+    requirements: Path = DEPS_REQUIREMENTS,
+    wheel_platforms: tuple[str, ...] = LAMBDA_WHEEL_PLATFORMS,
+) -> list[str]:
     """The pip invocation that installs the layer's wheels for Lambda into `target`."""
     return [
         sys.executable, "-m", "pip", "install", "--quiet", "--no-color", "--disable-pip-version-check",
-        *pip_options(), "--target", str(target), "-r", str(requirements),
+        *pip_options(wheel_platforms), "--target", str(target), "-r", str(requirements),
     ]  # fmt: skip
 
 
-def layer_hash(requirements: Path = DEPS_REQUIREMENTS) -> str:
-    """Identifies a layer's content: an unchanged lock for the same platform is never rebuilt."""
-    key = {"lock": requirements.read_text(), "pip": pip_options(), "format": BUILD_FORMAT}
+def layer_hash(
+    requirements: Path = DEPS_REQUIREMENTS, wheel_platforms: tuple[str, ...] = LAMBDA_WHEEL_PLATFORMS
+) -> str:
+    """Identifies a layer's content: an unchanged lock for the same platform is never rebuilt (and a
+    layer built without its `.pyc` is rebuilt once an interpreter for them is there)."""
+    key = {
+        "lock": requirements.read_text(),
+        "pip": pip_options(wheel_platforms),
+        "format": BUILD_FORMAT,
+        "compiled": compiled.find_interpreter() is not None,
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -70,16 +86,24 @@ def cache_dir() -> Path:
     return Path(configured).expanduser().resolve() if configured else DEPS_LAYER_CACHE_DIR
 
 
-def cached_layer(requirements: Path = DEPS_REQUIREMENTS, cache: Path | None = None) -> Path:
+def cached_layer(
+    requirements: Path = DEPS_REQUIREMENTS,
+    cache: Path | None = None,
+    wheel_platforms: tuple[str, ...] = LAMBDA_WHEEL_PLATFORMS,
+) -> Path:
     """Where this lock's layer lives (`<cache>/<hash>`, holding `python/`), whether built or not."""
-    return (cache or cache_dir()) / layer_hash(requirements)
+    return (cache or cache_dir()) / layer_hash(requirements, wheel_platforms)
 
 
-def ensure_built(requirements: Path = DEPS_REQUIREMENTS, cache: Path | None = None) -> Path:
+def ensure_built(
+    requirements: Path = DEPS_REQUIREMENTS,
+    cache: Path | None = None,
+    wheel_platforms: tuple[str, ...] = LAMBDA_WHEEL_PLATFORMS,
+) -> Path:
     """This lock's layer folder, built with pip first if the cache does not hold it yet."""
-    layer = cached_layer(requirements, cache)
+    layer = cached_layer(requirements, cache, wheel_platforms)
     if not (layer / "python").is_dir():
-        build(layer, requirements)
+        build(layer, requirements, wheel_platforms=wheel_platforms)
     return layer
 
 
@@ -88,10 +112,16 @@ def stage(output_dir: Path, requirements: Path = DEPS_REQUIREMENTS, cache: Path 
     layer = ensure_built(requirements, cache)
     # Hard links: a staged asset is never modified, and linking ~1,200 files is ~7x faster than
     # copying them (every synth of a fresh cdk.out stages the layer once).
-    shutil.copytree(layer / "python", output_dir / "python", copy_function=_link_or_copy)
+    compiled.link_tree(layer / "python", output_dir / "python")
 
 
-def build(destination: Path, requirements: Path = DEPS_REQUIREMENTS, *, replace: bool = False) -> Path:
+def build(
+    destination: Path,
+    requirements: Path = DEPS_REQUIREMENTS,
+    *,
+    replace: bool = False,
+    wheel_platforms: tuple[str, ...] = LAMBDA_WHEEL_PLATFORMS,
+) -> Path:
     """Install into a scratch folder, then rename it into place, so a failed build never leaves half
     a layer (nor loses the one it would replace) and a concurrent build of the same hash is harmless."""
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -100,13 +130,13 @@ def build(destination: Path, requirements: Path = DEPS_REQUIREMENTS, *, replace:
         site = scratch / "python"
         print(
             f"aijobs: building the Lambda dependency layer (pip, Python {LAMBDA_PYTHON_VERSION} "
-            f"{LAMBDA_ARCHITECTURE}) into {_shown(destination)}",
+            f"{_machine(wheel_platforms)}) into {_shown(destination)}",
             file=sys.stderr,
         )
-        _install(site, requirements, destination)
+        _install(site, requirements, destination, wheel_platforms)
         for pycache in list(site.rglob("__pycache__")):
             shutil.rmtree(pycache)
-        _compile_if_possible(site)
+        compiled.compile_tree(site)
         if destination.exists() and (replace or not (destination / "python").is_dir()):
             shutil.rmtree(destination)  # or an unfinished folder, e.g. from an interrupted copy by hand
         try:
@@ -120,10 +150,10 @@ def build(destination: Path, requirements: Path = DEPS_REQUIREMENTS, *, replace:
     return destination
 
 
-def _install(site: Path, requirements: Path, destination: Path) -> None:
+def _install(site: Path, requirements: Path, destination: Path, wheel_platforms: tuple[str, ...]) -> None:
     try:
         # A fixed command: this interpreter's pip, options from this module, paths from the repo.
-        command = pip_command(site, requirements)
+        command = pip_command(site, requirements, wheel_platforms)
         result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
     except OSError as error:
         failure = _failure(f"pip could not start ({error})", requirements, destination)
@@ -154,21 +184,7 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
-def _link_or_copy(source: str, destination: str) -> None:
-    try:
-        os.link(source, destination)
-    except OSError:  # another file system (e.g. cdk.out under /tmp), or links not supported
-        shutil.copy2(source, destination)
-
-
-def _compile_if_possible(site: Path) -> None:
-    """Ship .pyc files (Lambda cannot write them to /opt) when this Python matches the runtime."""
-    running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if running != LAMBDA_PYTHON_VERSION:
-        print(
-            f"aijobs: Python {running} cannot pre-compile for Lambda's {LAMBDA_PYTHON_VERSION}; "
-            "the layer ships sources only",
-            file=sys.stderr,
-        )
-        return
-    compileall.compile_dir(site, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+def _machine(wheel_platforms: tuple[str, ...]) -> str:
+    if wheel_platforms == LAMBDA_WHEEL_PLATFORMS:
+        return LAMBDA_ARCHITECTURE
+    return ", ".join(wheel_platforms)  # e.g. the benchmark's copy for this machine

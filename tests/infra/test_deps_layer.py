@@ -165,6 +165,37 @@ def test_deps_layer_holds_the_lock_built_for_the_functions_platform(dev: Synth) 
         assert int.from_bytes(header[18:20], "little") == _ELF_MACHINE, f"{binary.name} is not {_MACHINE}"
 
 
+def _missing_pyc(root: Path) -> list[str]:
+    """The modules under `root` that Lambda's Python would have to compile (no unchecked-hash .pyc)."""
+    tag = f"cpython-{LAMBDA_PYTHON_VERSION.replace('.', '')}"
+    missing = []
+    for source in root.rglob("*.py"):
+        pyc = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+        # PEP 552 flags: 0b01 is hash-based and never checked against the source.
+        if not pyc.is_file() or int.from_bytes(pyc.read_bytes()[4:8], "little") != 0b01:
+            missing.append(str(source.relative_to(root)))
+    return missing
+
+
+def test_every_asset_ships_compiled_for_the_runtime(dev: Synth) -> None:
+    """/opt and /var/task are read-only: a module without its .pyc is compiled on every cold start."""
+    (function_id, props), *_ = dev.functions_by_handler("api.handler.handler").items()
+    for root in [
+        _asset(dev, props["Code"]),
+        *(layer / "python" for layer in _layer_assets(dev, function_id)),
+    ]:
+        sources = list(root.rglob("*.py"))
+        assert sources, root
+        assert _missing_pyc(root) == [], root
+        # Nothing of the build machine's own Python (its cache tag) rides along.
+        foreign = [
+            path.name
+            for path in root.rglob("*.pyc")
+            if f".cpython-{LAMBDA_PYTHON_VERSION.replace('.', '')}" not in path.name
+        ]
+        assert foreign == [], root
+
+
 def test_layers_do_not_shadow_each_other(dev: Synth) -> None:
     (function_id, _props), *_ = dev.functions_by_handler("api.handler.handler").items()
     tops = [{path.name for path in (layer / "python").iterdir()} for layer in _layer_assets(dev, function_id)]

@@ -62,7 +62,9 @@ class FakePip:
         self.fails = fails
         self.runs = 0
 
-    def __call__(self, target: Path, requirements: Path = DEPS_REQUIREMENTS) -> list[str]:
+    def __call__(
+        self, target: Path, requirements: Path = DEPS_REQUIREMENTS, *_platforms: object
+    ) -> list[str]:
         self.runs += 1
         if self.fails:
             return [sys.executable, "-c", "import sys; sys.exit(sys.argv[1])", _PIP_ERROR]
@@ -84,7 +86,7 @@ def test_layer_hash_follows_the_lock_and_the_target_python(
     lock.write_text("pkg==1.1\n")
     assert layer_hash(lock) != first
     bumped = layer_hash(lock)
-    monkeypatch.setattr(deps_layer, "LAMBDA_PYTHON_VERSION", "3.13")
+    monkeypatch.setattr(deps_layer, "LAMBDA_PYTHON_VERSION", "3.12")
     assert layer_hash(lock) != bumped
 
 
