@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from aijobs.alerts import Alerts
 from aijobs.bindings import queue_name_of
 from aijobs.consumer.control import ConsumerControl
-from aijobs.consumer.handlers import JobContext, KindHandler
+from aijobs.consumer.handlers import KindHandler
 from aijobs.consumer.meter import ThrottleMeter
 from aijobs.consumer.retry import RetryPolicy
 from aijobs.domain import Job, JobStatus, QueueMessage
@@ -36,6 +36,7 @@ from aijobs.errors import (
     TransitionConflict,
     classify_exception,
 )
+from aijobs.kinds.context import JobContext
 from aijobs.observability import (
     METRIC_CONSUMER_PAUSED,
     METRIC_DURATION,

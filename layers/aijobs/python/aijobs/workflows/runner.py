@@ -16,9 +16,9 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from aijobs.consumer.handlers import JobContext, input_value
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import InputTooLargeError, InvalidInputError, PaymentRequiredError
+from aijobs.kinds.context import JobContext, input_value
 from aijobs.observability import logger
 from aijobs.providers.base import ProviderResult
 from aijobs.queues import JobQueues
