@@ -788,7 +788,7 @@ def _spend_cap(raw: str | None) -> str:
 
 
 def _spend_time_zone(raw: str | None) -> str:
-    from aijobs.spend import time_zone
+    from aijobs.bindings import time_zone
 
     text = (raw or "").strip() or "UTC"
     try:
