@@ -54,6 +54,10 @@ APART = (("aijobs.api.*", "aijobs.consumer.*"),)
 # Known upward imports, each with the reason it is still allowed.
 ALLOWED: dict[tuple[str, str], str] = {
     ("aijobs.store.jobs", "aijobs.credits"): "moved to store/ by the store split",
+    # parse_provider_plan reads the kinds' declarations: build-time code (cdk synth, the local
+    # stack's sam env) that should leave the layer with the stage config's parser.
+    ("aijobs.provider_plan", "aijobs.kinds.base"): "the build-time plan parser (see above)",
+    ("aijobs.provider_plan", "aijobs.kinds.registry"): "the build-time plan parser (see above)",
 }
 
 
@@ -64,7 +68,7 @@ def _matches(module: str, pattern: str) -> bool:
 
 
 def _layer(module: str) -> int | None:
-    found = [index for index, (_, patterns) in enumerate(LAYERS) if any(_matches(module, p) for p in patterns)]
+    found = [i for i, (_, patterns) in enumerate(LAYERS) if any(_matches(module, p) for p in patterns)]
     return found[0] if len(found) == 1 else None
 
 
@@ -99,7 +103,11 @@ def _imports(module: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
 def _violations() -> list[str]:
     modules = _modules()
     known = set(modules)
-    problems = [f"{module}: in no layer (or in two): place it in LAYERS" for module in known if _layer(module) is None]
+    problems = [
+        f"{module}: in no layer (or in two): place it in LAYERS"
+        for module in sorted(known)
+        if _layer(module) is None
+    ]
     for module, path in sorted(modules.items()):
         own = _layer(module)
         for line, target in _imports(module, path, known):
@@ -128,7 +136,10 @@ def test_imports_only_point_down() -> None:
 def test_the_allowed_upward_imports_still_exist() -> None:
     """An allowance outlives its import only by mistake: drop it with the import."""
     modules = _modules()
-    present = {(module, target) for module, path in modules.items() for _, target in _imports(module, path, set(modules))}
+    known = set(modules)
+    present = {
+        (module, target) for module, path in modules.items() for _, target in _imports(module, path, known)
+    }
     assert [pair for pair in ALLOWED if pair not in present] == []
 
 
@@ -139,6 +150,6 @@ def test_the_reader_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
         "def f():\n    from aijobs.store import keys\n    import aijobs.errors\nfrom . import queues\n"
     )
     known = {"aijobs.store.keys", "aijobs.domain", "aijobs.errors", "aijobs.queues"}
-    assert _imports("aijobs.probe", source, known) == [
-        (3, "aijobs.domain"), (7, "aijobs.queues"), (5, "aijobs.store.keys"), (6, "aijobs.errors")
+    assert sorted(_imports("aijobs.probe", source, known)) == [
+        (3, "aijobs.domain"), (5, "aijobs.store.keys"), (6, "aijobs.errors"), (7, "aijobs.queues")
     ]  # fmt: skip
