@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", (
         "aijobs", "aijobs.domain", "aijobs.errors", "aijobs.ids", "aijobs.observability",
         "aijobs.bounds", "aijobs.aws", "aijobs.alerts", "aijobs.bindings", "aijobs.cron",
-        "aijobs.mappings", "aijobs.queues", "aijobs.flow", "aijobs.pricing", "aijobs.provider_plan",
+        "aijobs.mappings", "aijobs.queues", "aijobs.aimd", "aijobs.pricing", "aijobs.provider_plan",
     )),
     # Data access: DynamoDB rows and S3 objects.
     ("stores", ("aijobs.store.*",)),
