@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, cast
 
 from aijobs import aws, runtime
-from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.attempts import Consumer
 from aijobs.domain import QueueMessage, utcnow
 from aijobs.providers.base import (
     EmbeddingRequest,
