@@ -1121,7 +1121,7 @@ def _spend_target(
     info_file: Path | None, stack: str | None, profile: str | None, region: str | None
 ) -> tuple[Target, SpendRecords, tzinfo]:
     """The stage, its spend items and its time zone; a clear refusal on a stage without a brake."""
-    from aijobs.spend import time_zone
+    from aijobs.bindings import time_zone
 
     target = _target(info_file, stack=stack, profile=profile, region=region)
     try:

@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, cast
 
 from aijobs import aws, runtime
-from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.attempts import Consumer
 from aijobs.domain import QueueMessage, utcnow
 from aijobs.providers.base import (
     EmbeddingRequest,
@@ -497,7 +497,8 @@ class _StageAccess:
     def spend_counted(self, since: datetime, zone_name: str) -> float:
         """What the spend brake counted for the stage (USD) on the days from `since` to now, days
         as the brake counts them (midnight in the stage's SPEND_TIME_ZONE)."""
-        from aijobs.spend import day_of, time_zone
+        from aijobs.bindings import time_zone
+        from aijobs.spend import day_of
         from aijobs.store.spend import SpendRecords
 
         zone = time_zone(zone_name)

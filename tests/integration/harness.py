@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 
 from aijobs import runtime
-from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.attempts import Consumer
 from aijobs.dead_letters import DeadLetterConsumer
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.ids import new_job_id

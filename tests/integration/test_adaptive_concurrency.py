@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from aijobs import runtime
-from aijobs.flow import HOLD, Step
+from aijobs.aimd import HOLD, Step
 from aijobs.observability import METRIC_CONSUMER_CONCURRENCY
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS

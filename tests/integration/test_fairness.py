@@ -210,6 +210,6 @@ def test_the_held_metric_is_emitted(stage: Stage, monkeypatch: pytest.MonkeyPatc
         emitted.append(name)
         emit(name, **kwargs)
 
-    monkeypatch.setattr("aijobs.consumer.dispatcher.emit", spy)
+    monkeypatch.setattr("aijobs.consumer.attempts.emit", spy)
     stage.mapping(KIND, batch_size=10).poll_once()
     assert emitted.count(METRIC_TENANT_HELD) == 1

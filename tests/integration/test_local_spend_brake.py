@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from aijobs import spend
-from aijobs.consumer import dispatcher
+from aijobs.consumer import attempts
 from aijobs.store.keys import PK, SK, job_sk, user_pk
 from aijobs_cli.local_stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
@@ -32,7 +32,7 @@ TEXT = "#cost:0.06 Queues decouple accepting work from doing it. The consumer do
 
 @pytest.fixture
 def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
-    monkeypatch.setattr(dispatcher, "HOLD_SECONDS", 1)
+    monkeypatch.setattr(attempts, "HOLD_SECONDS", 1)
     monkeypatch.setattr(spend, "STATE_REFRESH", timedelta(0))
     values = {"QUEUE_NAMES": "summary", "KIND_PRICES": "summary:1", "CRONS": "", "SPEND_DAILY_CAP_USD": "0.1"}
     with running_local_stack(tmp_path, values) as local:

@@ -12,7 +12,7 @@ import pytest
 from botocore.stub import Stubber
 
 from aijobs import runtime
-from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.attempts import Consumer
 from aijobs.domain import JobStatus
 from aijobs.provider_plan import parse_provider_plan, plans_setting
 from aijobs.providers.bedrock import BedrockProvider, client_config

@@ -13,7 +13,7 @@ import pytest
 from botocore.stub import Stubber
 
 from aijobs import runtime
-from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.attempts import Consumer
 from aijobs.domain import JobStatus
 from aijobs.providers.bedrock import BedrockProvider, client_config
 from aijobs.providers.openai import OpenAIProvider

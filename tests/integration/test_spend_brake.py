@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 from aijobs import runtime
-from aijobs.consumer.dispatcher import Consumer
+from aijobs.consumer.attempts import Consumer
 from aijobs.domain import JobStatus
 from aijobs.settings import ConsumerSettings
 from aijobs.store.spend import SpendRecords

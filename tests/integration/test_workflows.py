@@ -545,7 +545,7 @@ def test_the_last_two_children_finishing_together_merge_once(
     assert len(finished) == 2
     assert parent(stage, job_id).children_done == len(kids)
     queues = JobQueues(stage.sqs, stage.resources.queue_urls)
-    winners = [fanin.notify_parent(store, queues, kid, now) for kid in finished]
+    winners = [fanin.try_merge(store, queues, kid.user_id, job_id, now) for kid in finished]
     assert sorted(winners) == [False, True]
     assert queue_depth(stage, "report") == 1
     seen = record_steps(stage, monkeypatch)
@@ -557,11 +557,11 @@ def test_the_last_two_children_finishing_together_merge_once(
 def test_a_lost_merge_message_is_recovered_by_the_sweeper(
     stage: Stage, api: Call, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aijobs.consumer import dispatcher
+    from aijobs.consumer import attempts
 
     job_id = submit(api, {"kind": "image-batch", "input": {"prompts": ["one", "two", "three"]}})
     # Every child's consumer dies right after its final transaction (before looking at the parent).
-    monkeypatch.setattr(dispatcher, "after_final", lambda *args: False)
+    monkeypatch.setattr(attempts, "job_ended", lambda *args: False)
     run_until_idle(stage)
     stuck = parent(stage, job_id)
     assert stuck.status is JobStatus.RUNNING

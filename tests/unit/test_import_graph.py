@@ -134,7 +134,7 @@ def test_a_workflow_kinds_consumer_loads_the_runner_on_its_first_job() -> None:
     out = _fresh(
         "import json, queue_consumer.handler\n"
         "from datetime import UTC, datetime\n"
-        "from aijobs.consumer.handlers import JobContext\n"
+        "from aijobs.kinds.context import JobContext\n"
         "from aijobs.consumer.registry import QUEUE_HANDLERS\n"
         "from aijobs.domain import Job, JobStatus\n"
         "before = 'aijobs.workflows.runner' in sys.modules\n"

@@ -668,7 +668,7 @@ def test_404_model_not_found_is_an_unavailable_model_not_a_configuration_error(
     server: ScriptedServer, send: Callable[[OpenAIProvider], object]
 ) -> None:
     # The model is gone (or this account may not use it): the job fails, nobody's consumer pauses, the
-    # operator is alerted once per model (aijobs.consumer.dispatcher). A job's own model is
+    # operator is alerted once per model (aijobs.consumer.attempts). A job's own model is
     # allow-listed at submit, so its 404 means the same.
     server.reply(
         error_body("The model `gpt-9` does not exist or you do not have access to it.", "model_not_found"),

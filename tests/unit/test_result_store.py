@@ -17,8 +17,8 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from aijobs.consumer.handlers import input_value
 from aijobs.errors import InvalidInputError
+from aijobs.kinds.context import input_value
 from aijobs.store.results import ResultStore
 
 BUCKET = "aijobs-dev-stage"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 # Lambda's SQS event-source mapping accepts MaximumConcurrency from 2 to 1000.
 ESM_MAX_CONCURRENCY_MIN = 2
@@ -101,3 +103,15 @@ def parse_prices(raw: str | None) -> dict[str, int]:
             raise ConfigError(f"KIND_PRICES: {entry!r} must be <kind>:<credits> with a whole number >= 0")
         prices[kind] = int(amount)
     return prices
+
+
+def time_zone(name: str) -> tzinfo:
+    """An IANA time zone; ValueError with the name when this system does not know it."""
+    if name in ("UTC", "Etc/UTC"):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"SPEND_TIME_ZONE={name!r} is not an IANA time zone (e.g. UTC, Europe/Paris)"
+        ) from None

@@ -35,13 +35,13 @@ from aijobs.alerts import Alerts
 from aijobs.bindings import queue_name_of
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import TransitionConflict
+from aijobs.job_end import job_ended
 from aijobs.observability import METRIC_DEAD_LETTERED, emit, log_context, logger
 from aijobs.queues import MOVED_BY, MOVED_BY_CONSUMER, JobQueues
 from aijobs.store.dead_letter_records import DeadLetter
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import PK, SK, dead_letter_pk, iso
 from aijobs.store.tenants import Directory
-from aijobs.workflows.fanin import after_final
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -152,7 +152,7 @@ class DeadLetterConsumer:
                 dead_lettered=True,
                 own_claim=False,
             )
-            after_final(store, self.queues, finished, now)
+            job_ended(store, self.queues, finished, now)
             return finished
         except TransitionConflict:
             # Finished meanwhile (a duplicate delivery, or the job succeeded after all): keep the row.

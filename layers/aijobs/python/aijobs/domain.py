@@ -128,3 +128,14 @@ class Job(BaseModel):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class Artifact(BaseModel):
+    """A binary output the consumer stores under `results/<jobId>/<step>/<name>`."""
+
+    # Like the provider port's models (aijobs.providers.base), which carry it: built on first use.
+    model_config = ConfigDict(defer_build=True, frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")
+    content_type: str
+    data: bytes

@@ -47,7 +47,7 @@ METRIC_CREDITS_EXPIRED = "CreditGrantsExpired"
 # USD a succeeded job spent on its model (aijobs.pricing), dimensions kind + model. CloudWatch has
 # no currency unit, so the unit is None and the value is dollars.
 METRIC_MODEL_SPEND = "ModelSpend"
-# A kind's consumer MaximumConcurrency after each adaptive concurrency run (aijobs.flow); the
+# A kind's consumer MaximumConcurrency after each adaptive concurrency run (aijobs.aimd); the
 # ceiling when its mapping has none.
 METRIC_CONSUMER_CONCURRENCY = "ConsumerConcurrency"
 

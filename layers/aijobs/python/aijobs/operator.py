@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import CANCELLED, FAILED_BY_OPERATOR, NotFoundError, TransitionConflict
+from aijobs.job_end import job_ended
 from aijobs.observability import logger
 from aijobs.provider_plan import CLASSIFY
 from aijobs.queues import JobQueues
@@ -32,7 +33,7 @@ from aijobs.store.dead_letter_records import (
 )
 from aijobs.store.jobs import PHASE_CHILDREN, JobStore
 from aijobs.store.tenants import Directory
-from aijobs.workflows.fanin import MERGE_HOLD, after_final, try_merge
+from aijobs.workflows.fanin import MERGE_HOLD, try_merge
 
 # Statuses an operator may re-run. `failed_retryable` covers a job stranded between attempts.
 RERUNNABLE = (JobStatus.FAILED_FINAL, JobStatus.FAILED_RETRYABLE)
@@ -173,7 +174,7 @@ class Operator:
         finished = store.fail_final(
             job, now=self.clock(), error_class=FAILED_BY_OPERATOR, message=reason, own_claim=False
         )
-        after_final(store, self.queues, finished, self.clock())
+        job_ended(store, self.queues, finished, self.clock())
         logger.info("operator marked job failed_final", extra={"jobId": job_id, "userId": user_id})
         return finished
 

@@ -24,7 +24,7 @@ from aijobs.store.tenants import Directory
 if TYPE_CHECKING:
     from aijobs.api.admin import AdminService
     from aijobs.api.service import JobService
-    from aijobs.consumer.dispatcher import Consumer
+    from aijobs.consumer.attempts import Consumer
     from aijobs.dead_letters import DeadLetterConsumer
     from aijobs.provider_plan import KindPlan
     from aijobs.providers.base import Provider
@@ -57,8 +57,8 @@ def consumer() -> Consumer:
 
 
 def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = utcnow) -> Consumer:
+    from aijobs.consumer.attempts import Consumer
     from aijobs.consumer.control import ConsumerControl
-    from aijobs.consumer.dispatcher import Consumer
     from aijobs.consumer.meter import ThrottleMeter
     from aijobs.consumer.registry import QUEUE_HANDLERS
     from aijobs.consumer.retry import RetryPolicy

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from aijobs.bindings import time_zone
 from aijobs.store.spend import SPEND_RETENTION, DayState, SpendRecords, usd
 
 if TYPE_CHECKING:
@@ -28,18 +28,6 @@ STATE_REFRESH = timedelta(seconds=30)
 # How long a held job waits before it is looked at again: a release is felt within about this
 # plus STATE_REFRESH.
 HOLD_SECONDS = 60
-
-
-def time_zone(name: str) -> tzinfo:
-    """An IANA time zone; ValueError with the name when this system does not know it."""
-    if name in ("UTC", "Etc/UTC"):
-        return UTC
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"SPEND_TIME_ZONE={name!r} is not an IANA time zone (e.g. UTC, Europe/Paris)"
-        ) from None
 
 
 def day_of(moment: datetime, zone: tzinfo) -> str:

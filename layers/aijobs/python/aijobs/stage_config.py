@@ -115,7 +115,7 @@ INT_KEYS: dict[str, _IntKey] = {
     "TENANT_HOLD_SECONDS": _IntKey(
         30, 1, 900, "how long a job of a tenant at its running cap waits before it is tried again"
     ),
-    # Adaptive concurrency (aijobs.flow): when a kind narrows, how long it waits to widen, by how much.
+    # Adaptive concurrency (aijobs.aimd): when a kind narrows, how long it waits to widen, by how much.
     "THROTTLE_NARROW_PERCENT": _IntKey(10, 1, 100, "share of attempts throttled (429) that narrows a kind"),
     "THROTTLE_NARROW_MIN": _IntKey(5, 1, 10_000, "throttled attempts in the window needed to narrow"),
     "THROTTLE_WINDOW_MINUTES": _IntKey(5, 1, 60, "minutes of throttle counters each decision reads"),
@@ -788,7 +788,7 @@ def _spend_cap(raw: str | None) -> str:
 
 
 def _spend_time_zone(raw: str | None) -> str:
-    from aijobs.spend import time_zone
+    from aijobs.bindings import time_zone
 
     text = (raw or "").strip() or "UTC"
     try:

@@ -298,7 +298,8 @@ class AdminService:
         return ConsumerState(kind=kind, paused=paused, mappings=[mapping])
 
     def spend_today(self) -> SpendView:
-        from aijobs.spend import day_of, time_zone
+        from aijobs.bindings import time_zone
+        from aijobs.spend import day_of
 
         day = day_of(self.clock(), time_zone(self.spend_zone))
         total = self.spend.day_state(day).stage_usd if self.spend_counted else 0

@@ -60,6 +60,7 @@ from aijobs.errors import (
     is_dynamodb_throttle,
 )
 from aijobs.ids import new_job_id
+from aijobs.job_end import job_ended
 from aijobs.kinds.base import Kind
 from aijobs.kinds.registry import kind as kind_of
 from aijobs.kinds.run import Step, check_input, check_model_options, first_problem, problems, run
@@ -81,7 +82,6 @@ from aijobs.store.results import (
 from aijobs.store.tenants import OPERATOR_ROLE, USER_ROLE, Directory, Principal
 from aijobs.webhooks.secrets import IssuedSecret, SecretStatus, WebhookSecrets
 from aijobs.webhooks.urls import CallbackUrlError, UrlPolicy, check_url
-from aijobs.workflows.fanin import after_final
 from aijobs.workflows.registry import workflow as workflow_of
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -658,7 +658,7 @@ class JobService:
                         job, now=self.clock(), error_class=CANCELLED, message="cancelled by its owner",
                         own_claim=False, only_from=(job.status,),
                     )  # fmt: skip
-                    after_final(store, self.queues, job, self.clock())
+                    job_ended(store, self.queues, job, self.clock())
                     logger.info("job cancelled", extra={"jobId": job.job_id, "kind": job.kind})
                     return job
                 except TransitionConflict:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from aijobs.consumer.handlers import JobContext, KindHandler, kind_step
+from aijobs.consumer.handlers import KindHandler, kind_step
+from aijobs.kinds.context import JobContext
 from aijobs.workflows.registry import WORKFLOWS, workflow
 
 if TYPE_CHECKING:

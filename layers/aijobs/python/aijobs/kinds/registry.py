@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from aijobs.kinds.base import Kind
 
 # Modules of this package that are not kinds.
-_NOT_KINDS = frozenset({"base", "registry", "run"})
+_NOT_KINDS = frozenset({"base", "context", "registry", "run"})
 
 
 def module_name(kind: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
+from aijobs.domain import Artifact
 from aijobs.errors import (
     InfrastructureError,
     InputTooLargeError,
@@ -40,7 +41,6 @@ from aijobs.kinds.base import (
 )
 from aijobs.observability import logger
 from aijobs.providers.base import (
-    Artifact,
     Call,
     CapabilityRequest,
     Embedder,

@@ -29,6 +29,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aijobs.domain import Artifact
+
 Capability = Literal["text", "embedding", "image", "speech", "video"]
 CAPABILITY_NAMES: tuple[Capability, ...] = ("text", "embedding", "image", "speech", "video")
 
@@ -120,14 +122,6 @@ class ImageRequest(_Port):
     aspect_ratio: str = "1:1"
     count: int = Field(default=1, ge=1)
     seed: int | None = None
-
-
-class Artifact(_Port):
-    """A binary output the consumer stores under `results/<jobId>/<step>/<name>`."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")
-    content_type: str
-    data: bytes
 
 
 class ImageResult(_Answer):

@@ -28,6 +28,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aijobs.domain import Artifact
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
@@ -37,7 +38,6 @@ from aijobs.errors import (
 )
 from aijobs.provider_plan import PROVIDER_CAPABILITIES, base_model_id
 from aijobs.providers.base import (
-    Artifact,
     Call,
     CapabilityRequest,
     EmbeddingRequest,

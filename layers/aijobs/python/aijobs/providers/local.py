@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aijobs.domain import Artifact
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
@@ -35,7 +36,6 @@ from aijobs.errors import (
 )
 from aijobs.provider_plan import LOCAL_MODELS, PROVIDER_CAPABILITIES
 from aijobs.providers.base import (
-    Artifact,
     Call,
     CapabilityRequest,
     EmbeddingRequest,

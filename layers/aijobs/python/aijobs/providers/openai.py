@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from aijobs.domain import Artifact
 from aijobs.errors import InputTooLargeError, InvalidInputError, InvalidOptionError, ProviderError
 from aijobs.provider_plan import PROVIDER_CAPABILITIES
 from aijobs.providers.base import (
-    Artifact,
     CapabilityRequest,
     EmbeddingRequest,
     EmbeddingResult,

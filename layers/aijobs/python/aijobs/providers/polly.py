@@ -17,6 +17,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aijobs.domain import Artifact
 from aijobs.errors import (
     InputTooLargeError,
     InvalidInputError,
@@ -25,7 +26,7 @@ from aijobs.errors import (
     TransientProviderError,
 )
 from aijobs.provider_plan import PROVIDER_CAPABILITIES
-from aijobs.providers.base import Artifact, Call, CapabilityRequest, ProviderResult, SpeechRequest
+from aijobs.providers.base import Call, CapabilityRequest, ProviderResult, SpeechRequest
 from aijobs.providers.failures import aws_failure, aws_task_failure, request_maybe_accepted
 from aijobs.store.results import result_prefix
 

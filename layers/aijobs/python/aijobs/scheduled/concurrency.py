@@ -2,7 +2,7 @@
 
 Per kind with an event-source mapping (none with QUEUE_MAX_CONCURRENCY=1): one Query reads the
 minute counters the consumers recorded and the controller's state, the mapping's current
-`MaximumConcurrency` is read (a deploy may have reset it), and aijobs.flow decides. A change is
+`MaximumConcurrency` is read (a deploy may have reset it), and aijobs.aimd decides. A change is
 applied to the mapping first (an absolute value, so a repeat is harmless), then recorded on the
 state with a condition on the version read: two runs that read the same state compute the same
 value, and only one of them records the step. The current value is a metric on every run; every
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.flow import FlowSettings, next_step
+from aijobs.aimd import FlowSettings, next_step
 from aijobs.observability import METRIC_CONSUMER_CONCURRENCY, emit, logger
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.flow import FlowRecords

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from aijobs.aimd import FlowSettings
 from aijobs.alerts import Alerts
 from aijobs.bindings import KindLimits
-from aijobs.flow import FlowSettings
 from aijobs.mappings import ConsumerControl
 from aijobs.provider_plan import KindPlan
 from aijobs.queues import JobQueues

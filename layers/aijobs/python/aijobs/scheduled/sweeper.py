@@ -22,12 +22,12 @@ from typing import Any
 
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import CANCELLED, TransitionConflict
+from aijobs.job_end import job_ended
 from aijobs.observability import METRIC_SWEPT, emit, logger
 from aijobs.provider_plan import CLASSIFY
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.store.jobs import JobStore
 from aijobs.webhooks.recovery import resend_lost
-from aijobs.workflows.fanin import after_final
 
 LEASE_EXPIRED = "lease_expired"
 NEVER_DELIVERED = "never_delivered"
@@ -122,7 +122,7 @@ def _finalize(store: JobStore, ctx: CronContext, job: Job, error_class: str, mes
         )
     except TransitionConflict:
         return "skipped"
-    after_final(store, ctx.queues, finished, ctx.clock())
+    job_ended(store, ctx.queues, finished, ctx.clock())
     return "finalized"
 
 

@@ -20,7 +20,7 @@ from aijobs.settings import _WebhookQueueSettings, register_getter
 from aijobs.settings.parts import _PlanSettings, _QueueSettings
 
 if TYPE_CHECKING:
-    from aijobs.flow import FlowSettings
+    from aijobs.aimd import FlowSettings
 
 
 class CronSettings(_QueueSettings, _WebhookQueueSettings, _PlanSettings):
@@ -61,7 +61,7 @@ class CronSettings(_QueueSettings, _WebhookQueueSettings, _PlanSettings):
 
     @property
     def flow(self) -> FlowSettings:
-        from aijobs.flow import FlowSettings  # the cron dispatcher's own code
+        from aijobs.aimd import FlowSettings  # the cron dispatcher's own code
 
         return FlowSettings(
             ceiling=self.queue_max_concurrency or ESM_MAX_CONCURRENCY_MAX,

@@ -77,7 +77,7 @@ class _SpendSettings(BaseModel):
     @field_validator("spend_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        from aijobs.spend import time_zone
+        from aijobs.bindings import time_zone
 
         time_zone(value)  # an unknown zone fails at cold start, never at the first midnight
         return value

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from aijobs.flow import MinuteCount, Step
+from aijobs.aimd import MinuteCount, Step
 from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, flow_pk, iso, parse_iso
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from aijobs.providers.base import Artifact
+from aijobs.domain import Artifact
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

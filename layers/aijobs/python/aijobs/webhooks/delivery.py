@@ -39,7 +39,7 @@ WEBHOOK_QUEUE = "webhooks"
 _RETRY_STATUSES = frozenset({408, 429})
 
 
-class RetryLater(Exception):
+class DeliveryRetryLater(Exception):
     """Raised for a record that must come back: the batch processor reports it as failed."""
 
 
@@ -197,4 +197,4 @@ class WebhookConsumer:
         rows.retry_later(claim, now=now, status=answer.status, error=error)
         self.queues.retry_later(WEBHOOK_QUEUE, record.receipt_handle, delay)
         logger.warning("webhook attempt failed, retry scheduled", extra={**extra, "delaySeconds": delay})
-        raise RetryLater(f"{error}: retry in {delay}s")
+        raise DeliveryRetryLater(f"{error}: retry in {delay}s")

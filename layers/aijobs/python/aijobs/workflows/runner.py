@@ -5,7 +5,8 @@
    transaction, only if absent) and their messages (10 per call) are written a slice at a time,
    with a checkpoint on the row after each batch. A crash resumes at the checkpoint; a long split
    continues in a fresh invocation (a re-check, no attempt spent).
-2. `children`: the parent is parked (`running`, no claim) until `fanin.notify_parent` moves it on.
+2. `children`: the parent is parked (`running`, no claim) until `fanin.try_merge` moves it on
+   (called by aijobs.job_end for its last child).
 3. `merge` (a fresh attempt budget): fails the parent when more children failed than its policy
    allows, else merges what succeeded. The dispatcher stores the result and settles the credits.
 """
@@ -16,9 +17,9 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from aijobs.consumer.handlers import JobContext, input_value
 from aijobs.domain import Job, JobStatus, QueueMessage
 from aijobs.errors import InputTooLargeError, InvalidInputError, PaymentRequiredError
+from aijobs.kinds.context import JobContext, input_value
 from aijobs.observability import logger
 from aijobs.providers.base import ProviderResult
 from aijobs.queues import JobQueues

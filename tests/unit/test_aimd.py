@@ -1,10 +1,10 @@
-"""The AIMD step of adaptive consumer concurrency (aijobs.flow) on synthetic throttle series."""
+"""The AIMD step of adaptive consumer concurrency (aijobs.aimd) on synthetic throttle series."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from aijobs.flow import HOLD, NARROW, WIDEN, FlowSettings, MinuteCount, next_step
+from aijobs.aimd import HOLD, NARROW, WIDEN, FlowSettings, MinuteCount, next_step
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 SETTINGS = FlowSettings(

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from aijobs.alerts import Alerts
 from aijobs.bindings import queue_name_of
 from aijobs.consumer.control import ConsumerControl
-from aijobs.consumer.handlers import JobContext, KindHandler
+from aijobs.consumer.handlers import KindHandler
 from aijobs.consumer.meter import ThrottleMeter
 from aijobs.consumer.retry import RetryPolicy
 from aijobs.domain import Job, JobStatus, QueueMessage
@@ -36,6 +36,8 @@ from aijobs.errors import (
     TransitionConflict,
     classify_exception,
 )
+from aijobs.job_end import job_ended
+from aijobs.kinds.context import JobContext
 from aijobs.observability import (
     METRIC_CONSUMER_PAUSED,
     METRIC_DURATION,
@@ -58,7 +60,6 @@ from aijobs.store.jobs import PHASE_MERGE, JobKey, JobStore
 from aijobs.store.keys import is_child_id
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory
-from aijobs.workflows.fanin import after_final
 
 if TYPE_CHECKING:
     from aijobs.store.model_alerts import ModelAlerts
@@ -375,7 +376,7 @@ class Consumer:
         except TransitionConflict:
             return True
         emit(METRIC_FAILED_FINAL, kind=child.kind, error_class=CANCELLED)
-        after_final(store, self.queues, finished, self.clock())
+        self._ended(store, finished)
         logger.info("child of a finished parent not run", extra={"parentId": child.parent_id})
         return True
 
@@ -434,7 +435,7 @@ class Consumer:
             )  # fmt: skip
         except TransitionConflict:
             return False
-        after_final(store, self.queues, finished, self.clock())
+        self._ended(store, finished)
         emit(METRIC_FAILED_FINAL, kind=job.kind, error_class=CANCELLED)
         logger.info("cancelled job's attempt failed: job cancelled and refunded")
         return True
@@ -462,7 +463,7 @@ class Consumer:
             # The day's spend counters move in the same transaction as the row (counted once).
             extra_writes=self._spend_writes(store, job, spent.usd),
         )
-        after_final(store, self.queues, finished, self.clock())
+        self._ended(store, finished)
         emit(METRIC_SUCCEEDED, kind=job.kind)
         emit(METRIC_DURATION, kind=job.kind, value=round(seconds * 1000, 1), unit=MetricUnit.Milliseconds)
         if spent.usd is not None:
@@ -475,6 +476,10 @@ class Consumer:
         )
         # A fallback answered, but the operator must still move off the models that are gone.
         self._alert_passed_over(result.unavailable)
+
+    def _ended(self, store: JobStore, finished: Job) -> None:
+        """What follows each final transition this consumer makes (aijobs.job_end)."""
+        job_ended(store, self.queues, finished, self.clock())
 
     def _spend_writes(self, store: JobStore, job: Job, cost: float | None) -> list[dict[str, Any]]:
         if self.spend is None or not cost:
@@ -515,7 +520,7 @@ class Consumer:
                 earlier = error.earlier
                 error = error.named(job.model or self.model).for_job(job.kind)
             finished = store.fail_final(job, now=now, error_class=error_class, message=str(error))
-            after_final(store, self.queues, finished, self.clock())
+            self._ended(store, finished)
             emit(METRIC_FAILED_FINAL, kind=job.kind, error_class=error_class)
             logger.warning("job failed for good", extra=extra)
             if isinstance(error, ProviderAuthError):
