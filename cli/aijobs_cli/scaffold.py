@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aijobs.kinds.base import check_kind_name
+from aijobs.kinds.registry import NOT_KIND_MODULES, module_name
 from aijobs.kinds.registry import kind as declared_kind
-from aijobs.kinds.registry import module_name
 from aijobs.providers.base import CAPABILITY_NAMES
 from aijobs.stage_config import RESERVED_QUEUE_NAMES
 from aijobs.workflows.registry import WORKFLOWS
@@ -146,7 +146,7 @@ def new_kind(root: Path, name: str, capability: str) -> Scaffolded:
         check_kind_name(name)
     except ValueError as error:
         raise ScaffoldError(str(error)) from None
-    if name in WORKFLOWS or name in RESERVED_QUEUE_NAMES or module_name(name) in ("base", "registry", "run"):
+    if name in WORKFLOWS or name in RESERVED_QUEUE_NAMES or module_name(name) in NOT_KIND_MODULES:
         raise ScaffoldError(f"{name!r} is taken (a workflow or one of the stage's own queues)")
     module = root / KINDS_FOLDER / f"{module_name(name)}.py"
     if module.exists() or declared_kind(name) is not None:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from aijobs.kinds.base import Kind
 
-# Modules of this package that are not kinds.
-_NOT_KINDS = frozenset({"base", "context", "registry", "run"})
+#: Modules of the kinds package that are not kinds (`aijobs new-kind` refuses these names).
+NOT_KIND_MODULES = frozenset({"base", "context", "registry", "run"})
 
 
 def module_name(kind: str) -> str:
@@ -32,7 +32,7 @@ def declared() -> tuple[str, ...]:
     folder = str(Path(__file__).parent)
     names = []
     for info in pkgutil.iter_modules([folder]):
-        if info.name in _NOT_KINDS or info.name.startswith("_"):
+        if info.name in NOT_KIND_MODULES or info.name.startswith("_"):
             continue
         definition = getattr(import_module(f"aijobs.kinds.{info.name}"), "KIND", None)
         if definition is None:
@@ -53,7 +53,7 @@ def queued() -> tuple[str, ...]:
 
 def kind(name: str) -> Kind | None:
     """The declaration of kind `name` (importing only its module); None if no module declares it."""
-    if not name or module_name(name) in _NOT_KINDS or not module_name(name).isidentifier():
+    if not name or module_name(name) in NOT_KIND_MODULES or not module_name(name).isidentifier():
         return None
     try:
         module = import_module(f"aijobs.kinds.{module_name(name)}")
