@@ -271,6 +271,34 @@ def test_batch_rerun_filters_counts_in_a_dry_run_and_is_rate_limited(stage: Stag
     assert len(stage.receive(stage.resources.queue_urls["summary"])) == 3
 
 
+def test_a_batch_rerun_out_of_time_stops_and_names_what_it_did_not_reach(stage: Stage) -> None:
+    """The API's function must answer before its timeout: a batch re-run stops with its margin
+    left, leaves the rest as they were, and the same request takes them next time."""
+    from aijobs.operator import RERUN_MARGIN_SECONDS
+
+    bad = [stage.submit(user, "summary", "#fail:400 " + TEXT) for user in ("alice", "bob", "carol", "dave")]
+    list(stage.drain("summary"))
+    operator = _operator(stage, [])
+    left = iter([60.0, 60.0, RERUN_MARGIN_SECONDS - 0.1])  # time for two re-runs, then none
+
+    first = operator.rerun_batch(
+        "summary", error_class="invalid_input", dry_run=False, seconds_left=lambda: next(left)
+    )
+    assert first.matched == 4
+    assert len(first.rerun) == 2
+    assert len(first.not_reached) == 2
+    assert set(first.rerun) | set(first.not_reached) == {job.job_id for job in bad}
+    by_id = {job.job_id: job for job in bad}
+    assert all(stage.job(by_id[job_id]).status is JobStatus.QUEUED for job_id in first.rerun)
+    assert all(stage.job(by_id[job_id]).status is JobStatus.FAILED_FINAL for job_id in first.not_reached)
+
+    again = operator.rerun_batch(
+        "summary", error_class="invalid_input", dry_run=False, seconds_left=lambda: 60.0
+    )
+    assert sorted(again.rerun) == sorted(first.not_reached)
+    assert again.not_reached == []
+
+
 def test_rerun_after_an_outage_succeeds(stage: Stage) -> None:
     job = _exhaust(stage, text="#outage " + TEXT)  # every attempt fails until an operator re-runs
     stage.dlq_mapping("summary").poll_once()

@@ -58,7 +58,9 @@ class RerunSelection:
 class BatchRerun:
     """What a batch re-run matched and did (with `dry_run`, only `matched` and `left_alone`).
 
-    `waived`: the re-run jobs that run on the house (their price was refunded when they failed)."""
+    `waived`: the re-run jobs that run on the house (their price was refunded when they failed).
+    `not_reached`: selected, but left as they are because the caller's time ran out first (the
+    API's function must answer before its timeout): the same request takes them next time."""
 
     matched: int
     rerun: list[str] = field(default_factory=list)
@@ -66,6 +68,12 @@ class BatchRerun:
     dry_run: bool = False
     left_alone: dict[str, int] = field(default_factory=dict)
     waived: list[str] = field(default_factory=list)
+    not_reached: list[str] = field(default_factory=list)
+
+
+#: A batch re-run stops while this much of its caller's time is left: one more re-run (a few
+#: DynamoDB writes and a send) and the answer fit in it.
+RERUN_MARGIN_SECONDS = 3.0
 
 
 @dataclass
@@ -251,10 +259,14 @@ class Operator:
         dry_run: bool = True,
         rate_per_second: float = 5.0,
         limit: int | None = None,
+        seconds_left: Callable[[], float] | None = None,
     ) -> BatchRerun:
         """Re-run the jobs `select_for_rerun` takes, after a fix; a dry run only counts them.
 
         Sends are spaced to `rate_per_second` so a large replay does not stampede the provider.
+        With `seconds_left` (the caller's remaining time), it stops RERUN_MARGIN_SECONDS before the
+        end and reports the jobs it did not reach, untouched, instead of being cut off mid-way
+        with no answer (the API's function times out at 25 s, API Gateway at 29 s).
         """
         if rate_per_second <= 0:
             raise ValueError("rate_per_second must be positive")
@@ -268,6 +280,9 @@ class Operator:
         for index, job in enumerate(jobs):
             if index:
                 self.sleep(1.0 / rate_per_second)
+            if seconds_left is not None and seconds_left() < RERUN_MARGIN_SECONDS:
+                report.not_reached.extend(later.job_id for later in jobs[index:])
+                break
             try:
                 queued = self.rerun(job.user_id, job.job_id)
             except TransitionConflict:

@@ -208,11 +208,13 @@ class AdminService:
         logger.info("operator fail-final (console)", extra={"jobId": job_id, "keyId": operator_id})
         return finished
 
-    def rerun_batch(self, request: BatchRerunRequest, operator_id: str) -> BatchRerunView:
+    def rerun_batch(
+        self, request: BatchRerunRequest, operator_id: str, seconds_left: Callable[[], float] | None = None
+    ) -> BatchRerunView:
         report = self.operator.rerun_batch(
             self._kind(request.kind), error_class=request.errorClass, since=request.since,
             until=request.until, dry_run=request.dryRun, rate_per_second=BATCH_RATE_PER_SECOND,
-            limit=request.limit,
+            limit=request.limit, seconds_left=seconds_left,
         )  # fmt: skip
         logger.info(
             "operator batch re-run (console)",
@@ -221,7 +223,7 @@ class AdminService:
         )  # fmt: skip
         return BatchRerunView(
             matched=report.matched, dryRun=report.dry_run, rerun=report.rerun, skipped=report.skipped,
-            leftAlone=report.left_alone, waived=report.waived,
+            leftAlone=report.left_alone, waived=report.waived, notReached=report.not_reached,
         )  # fmt: skip
 
     # --- dead letters, queues, consumers ------------------------------------------------------------

@@ -146,6 +146,11 @@ class BatchRerunView(ApiModel):
     waived: list[str] = Field(
         description="re-run jobs that run on the house: their price was refunded when they failed"
     )
+    notReached: list[str] = Field(
+        default_factory=list,
+        description="selected, but not reached before the function had to answer (its timeout): "
+        "untouched; send the same request again to re-run them",
+    )
 
 
 class HourCount(ApiModel):

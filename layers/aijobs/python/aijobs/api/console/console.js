@@ -225,7 +225,8 @@ async function runBatch() {
     const report = await api("POST", "/admin/reruns", plan);
     $("batch-result").textContent =
       `Re-ran ${report.rerun.length} job(s); ${report.skipped.length} changed meanwhile and were skipped; ` +
-      `${report.waived.length} run on the house (refunded when they failed).`;
+      `${report.waived.length} run on the house (refunded when they failed).` +
+      (report.notReached.length ? ` ${report.notReached.length} not reached before the time limit: re-run again to take them.` : "");
     await Promise.all([loadOverview(), loadDeadLetters(), loadJobs(false)]);
   } catch (error) {
     $("batch-result").textContent = `Refused: ${error.message}`;
