@@ -50,7 +50,7 @@ class Admin:
 
     def call(
         self, method: str, path: str, *, key: str | None = "ops", query: dict[str, str] | None = None,
-        body: Any = None,
+        body: Any = None, timeout_seconds: float = 60.0,
     ) -> tuple[int, dict[str, str], Any]:  # fmt: skip
         event = copy.deepcopy(load_event("api-get-job.json"))
         event["headers"] = {"content-type": "application/json"}
@@ -62,7 +62,7 @@ class Admin:
         event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in (query or {}).items())
         event["pathParameters"] = None
         event["body"] = json.dumps(body) if body is not None else None
-        response = self._handler(event, LambdaContext("aijobs-dev-api"))
+        response = self._handler(event, LambdaContext("aijobs-dev-api", timeout_seconds=timeout_seconds))
         text = response.get("body") or "null"
         is_json = response.get("headers", {}).get("Content-Type", "").startswith("application/json")
         return response["statusCode"], response.get("headers", {}), json.loads(text) if is_json else text
@@ -223,6 +223,25 @@ def test_jobs_across_tenants_filter_and_page(admin: Admin) -> None:
 
     status, _h, refused = admin.call("GET", "/admin/jobs", query={"cursor": "eyJwayI6IlVTRVIjYm9iIn0"})
     assert (status, refused["code"]) == (400, "invalid_cursor")
+
+
+def test_a_batch_rerun_answers_before_its_function_times_out(admin: Admin) -> None:
+    """With less time left than a re-run needs, the page re-runs nothing and names every job it
+    did not reach (a page cut off by the timeout would answer nothing at all); asked again with
+    time, it takes them."""
+    from aijobs.operator import RERUN_MARGIN_SECONDS
+
+    jobs = [_dead_letter(admin.stage, user) for user in ("alice", "bob")]
+    dead = {job.job_id for job in jobs}
+    body = {"kind": "summary", "dryRun": False}
+    status, _h, short = admin.call(
+        "POST", "/admin/reruns", body=body, timeout_seconds=RERUN_MARGIN_SECONDS - 1
+    )
+    assert status == 200, short
+    assert (short["matched"], short["rerun"], set(short["notReached"])) == (2, [], dead)
+    assert all(admin.stage.job(job).status is JobStatus.FAILED_FINAL for job in jobs)
+    _s, _h, again = admin.call("POST", "/admin/reruns", body=body)
+    assert (set(again["rerun"]), again["notReached"]) == (dead, [])
 
 
 def test_dead_letter_rerun_and_fail_final(admin: Admin) -> None:

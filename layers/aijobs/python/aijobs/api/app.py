@@ -628,7 +628,7 @@ def admin_fail_final(user_id: _UserId, job_id: _JobId, body: FailFinalRequest) -
 def admin_batch_rerun(body: BatchRerunRequest) -> BatchRerunView:
     admin, operator_id = _admin("batch-rerun")
     request = body.model_copy(update={"since": as_utc(body.since), "until": as_utc(body.until)})
-    return admin.rerun_batch(request, operator_id)
+    return admin.rerun_batch(request, operator_id, seconds_left=_seconds_left)
 
 
 @app.get(
