@@ -987,11 +987,15 @@ def run_soak(
         jobs = load.max_jobs
     plan = plan_jobs(jobs, users, target.kinds, target.prices, seed)
     if CLASSIFY in target.prices:
-        plan += [
+        # One call after every CLASSIFY_SHARE jobs, mixed into the run (a paced run that stops
+        # at its cap of jobs must not cut them off at the end).
+        calls = [
             SoakJob(index=jobs + n, user_id=str(n % users), kind=CLASSIFY, fault=CLASSIFY_CALL,
                     price=target.prices[CLASSIFY])
             for n in range(max(1, jobs // CLASSIFY_SHARE))
         ]  # fmt: skip
+        for n, call in reversed(list(enumerate(calls))):
+            plan.insert(min(len(plan), (n + 1) * CLASSIFY_SHARE), call)
     needs: dict[int, int] = Counter()
     for job in plan:
         needs[int(job.user_id)] += job.price
@@ -1025,7 +1029,10 @@ def run_soak(
                 done = api.call(operator, "POST", "/admin/reruns", {**body, "dryRun": False})
                 with lock:
                     rerun_answers.append((final, dry, done))
-                if done is None or done.status != 200 or done.body["matched"] < RERUN_PAGE:
+                if done is None or done.status != 200:
+                    break
+                # A page the API could not finish in its time names what it left: ask again.
+                if done.body["matched"] < RERUN_PAGE and not done.body.get("notReached"):
                     break
 
     def cancel(job: SoakJob) -> None:
@@ -1111,19 +1118,26 @@ def run_soak(
         """Submit the plan paced and capped by `plan_load`; records why it stopped."""
         pacer = Pacer(plan_load.rate, clock, sleep) if plan_load.rate else None
         begun = clock()
+        fed_jobs = 0
         try:
             for slot, job in enumerate(plan):
                 if pacer is not None:
                     pacer.wait(slot)
                 with lock:
                     spend = counted_spend(submitted_jobs, plan_load.cost_per_job_usd)
-                reason = "deadline" if halt.is_set() else plan_load.stop_reason(slot, spend, clock() - begun)
+                if halt.is_set():
+                    reason: str | None = "deadline"
+                elif job.kind == CLASSIFY:  # the cap counts jobs: the calls mixed in do not use it up
+                    reason = None
+                else:
+                    reason = plan_load.stop_reason(fed_jobs, spend, clock() - begun)
                 if reason is not None:
                     stopped.append(reason)
                     return
                 with lock:
                     submitted_jobs.append(job)
                     futures.append(pool.submit(submit, job))
+                fed_jobs += job.kind != CLASSIFY
             stopped.append("max_jobs")
         finally:
             fed.set()
