@@ -19,9 +19,8 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import IO, Any
+from typing import IO
 
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
@@ -100,27 +99,6 @@ def _read_line(stream: IO[bytes], timeout: float) -> str:
     return data.decode().strip()
 
 
-def one_dynamodb_request_at_a_time() -> None:
-    """Make each DynamoDB request atomic, as DynamoDB's are, in moto's threaded server.
-
-    moto's backend has no locks: an UpdateItem changes the stored item one action at a time, so a
-    GetItem served meanwhile on another thread could return a job that is `succeeded` without its
-    `finishedAt`, or fail with "dictionary changed size during iteration" (both seen with several
-    API containers and consumers at once). Requests are still read and answered in parallel; only
-    the actions take turns, which costs nothing the interpreter lock did not already serialize.
-    """
-    from moto.dynamodb.responses import DynamoHandler
-
-    lock = threading.Lock()
-    original = DynamoHandler.call_action
-
-    def call_action(self: DynamoHandler) -> Any:
-        with lock:
-            return original(self)
-
-    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
-
-
 def serve(host: str, port: int) -> None:
     """The child: serve moto on (host, port) until stdin closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -128,8 +106,7 @@ def serve(host: str, port: int) -> None:
 
     from aijobs_cli import moto_speedups
 
-    moto_speedups.apply()
-    one_dynamodb_request_at_a_time()
+    moto_speedups.apply()  # patch 7 among them: DynamoDB requests take turns
     # One thread per connection: a request that waits to read or write gives up the interpreter
     # lock, and with the default 5 ms switch interval it waits that long to get it back from a
     # thread busy with another request. 1 ms took about 15-20% off the end-to-end time of

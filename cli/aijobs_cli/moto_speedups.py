@@ -75,17 +75,17 @@ inputs it accepts; anything else goes to moto's own code unchanged); only the wo
    the errors are moto's. Remove when moto stops building every attribute per lookup.
 
 7. DynamoDB requests one at a time (moto.dynamodb.responses.DynamoHandler.call_action).
-   Not a speed-up: isolation. DynamoDB runs a transaction as one step that no other request can
-   see half-done or overwrite; moto's server answers requests on threads and runs a transaction
-   as a sequence of writes, so a transaction that fails puts back the items it named *as they were
-   when it started* (1. above), erasing whatever another request wrote to them meanwhile, and a
-   query or scan can iterate a partition another thread is changing ("Set changed size during
-   iteration"). Under load the local stack lost a job row that way: the row and its key were
-   written, and an overlapping copy of the same request rolled them back. The patch takes one
-   lock around each DynamoDB request, so requests run one after another, as the GIL mostly made
-   them run anyway (moto's DynamoDB is pure Python: the lock costs no parallelism). moto's
-   transaction support lists "an ongoing operation is updating the same item" as not emulated
-   (getmoto/moto#2879). Remove when moto serializes its DynamoDB backend.
+   Not a speed-up: isolation. DynamoDB applies each request, a transaction included, as one step
+   no other request sees half-done; moto has no locks, and its server answers requests on threads:
+   an UpdateItem changes the stored item one action at a time (a GetItem served meanwhile returned
+   a job `succeeded` without its `finishedAt`), a query can iterate a partition another thread is
+   changing ("dictionary changed size during iteration"), and a transaction that fails puts back
+   the items it named as they were when it started (1. above), erasing another request's write
+   made meanwhile. The patch takes one lock around each DynamoDB request, in the moto server and
+   in-process (tests with threads) alike; requests are still read and answered in parallel, only
+   the actions take turns, which costs nothing the interpreter lock did not already serialize.
+   moto's transaction support lists "an ongoing operation is updating the same item" as not
+   emulated (getmoto/moto#2879). Remove when moto serializes its DynamoDB backend.
 """
 
 from __future__ import annotations
