@@ -38,8 +38,8 @@ COMPILED_CACHE_DIR = REPO_ROOT / ".cache" / "compiled"
 #: Bump when what a staged tree holds changes for the same sources.
 FORMAT = "1"
 #: What an asset never ships: caches of the build machine's own Python, and tool caches.
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache")
-_IGNORED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+_IGNORED_PARTS = ("__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+IGNORED = shutil.ignore_patterns(*_IGNORED_PARTS, "*.pyc")
 
 MISSING = f"""
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -134,7 +134,7 @@ def source_hash(source: Path) -> str:
     digest = hashlib.sha256(f"{FORMAT}|{LAMBDA_PYTHON_VERSION}|{find_interpreter() is not None}".encode())
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source)
-        if not path.is_file() or path.suffix == ".pyc" or _IGNORED_PARTS & set(relative.parts):
+        if not path.is_file() or path.suffix == ".pyc" or set(_IGNORED_PARTS) & set(relative.parts):
             continue
         digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
