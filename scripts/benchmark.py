@@ -20,10 +20,11 @@ Prints figures and asserts nothing (machines here are shared and noisy; tests ne
         [--instructions]
 
 `--write-profile` measures the call profile instead (every path's AWS calls with the capacity
-units AWS bills for them, `aijobs_cli.call_profile`) and writes `cli/aijobs_cli/call_profile.json`,
-which `aijobs cost` reads; `tests/integration/test_call_profile.py` fails when it is stale.
+units AWS bills for them, `aijobs_cli.sizing.call_profile`) and writes
+`cli/aijobs_cli/sizing/call_profile.json`, which `aijobs cost` reads;
+`tests/integration/test_call_profile.py` fails when it is stale.
 `--write-trace` runs the partition simulation (tests/partition_sim.py) and writes
-`cli/aijobs_cli/partition_trace.json`, the writes per partition-key shape of each step of a job's
+`cli/aijobs_cli/sizing/partition_trace.json`, the writes per partition-key shape of each step of a job's
 life that `aijobs capacity` reads; `tests/integration/test_partition_load.py` fails when it is stale.
 
 The local stack's throughput with concurrent submitters: scripts/benchmark_local.py.
@@ -336,7 +337,7 @@ def measure_profile() -> Any:
 
     from aijobs import runtime
     from aijobs.scheduled.registry import SCHEDULED_HANDLERS
-    from aijobs_cli.call_profile import CRON_DISPATCHER, CallProfile, PathProfile, item_size
+    from aijobs_cli.sizing.call_profile import CRON_DISPATCHER, CallProfile, PathProfile, item_size
     from tests.aws_calls import recording_calls
 
     paths: dict[str, PathProfile] = {}
@@ -422,7 +423,7 @@ def measure_profile() -> Any:
     return CallProfile(
         about=(
             "AWS calls per path, measured on moto by scripts/benchmark.py --write-profile (do not edit).",
-            "Units as AWS bills them; the rules are in cli/aijobs_cli/call_profile.py.",
+            "Units as AWS bills them; the rules are in cli/aijobs_cli/sizing/call_profile.py.",
             "Cron paths: calls on 'shard' tables repeat per shard (the stage has one), the rest per run.",
         ),
         stage=values,
@@ -436,7 +437,7 @@ def _cron_paths(handlers: Any) -> dict[str, Any]:
     from aijobs.scheduled.dispatcher import dispatch
     from aijobs.settings import CronSettings
     from aijobs.store.retention import write_retention
-    from aijobs_cli.call_profile import CRON_DISPATCHER, PathProfile
+    from aijobs_cli.sizing.call_profile import CRON_DISPATCHER, PathProfile
     from tests.aws_calls import recording_calls
 
     paths = {}
@@ -501,7 +502,7 @@ def _low_level(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_profile(target: Path | None = None) -> Path:
-    from aijobs_cli.call_profile import profile_path
+    from aijobs_cli.sizing.call_profile import profile_path
 
     target = target or profile_path()
     target.write_text(measure_profile().to_json(), encoding="utf-8")
@@ -510,7 +511,7 @@ def write_profile(target: Path | None = None) -> Path:
 
 def write_trace(target: Path | None = None) -> Path:
     from aijobs_cli.moto_speedups import apply as apply_speedups
-    from aijobs_cli.partition_trace import trace_path
+    from aijobs_cli.sizing.partition_trace import trace_path
     from tests.partition_sim import JOBS, measure
 
     apply_speedups()
@@ -803,14 +804,14 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="",
         metavar="FILE",
-        help="measure the call profile and write it (default: cli/aijobs_cli/call_profile.json)",
+        help="measure the call profile and write it (default: cli/aijobs_cli/sizing/call_profile.json)",
     )
     parser.add_argument(
         "--write-trace",
         nargs="?",
         const="",
         metavar="FILE",
-        help="write the partition simulation's trace (default: cli/aijobs_cli/partition_trace.json)",
+        help="write the partition simulation's trace (default: cli/aijobs_cli/sizing/partition_trace.json)",
     )
     args = parser.parse_args(argv)
     if args.write_profile is not None:

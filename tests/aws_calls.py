@@ -6,7 +6,7 @@ an index is authorized on `table/index/*`. The infra tests compare these with ea
 policy; the benchmarks count them per job.
 
 With a `Meter` (`recording_calls(meter=...)`, moto only), each call is also measured as AWS bills
-it (`aijobs_cli.call_profile.Call`): the items it touched are read from the moto backend right
+it (`aijobs_cli.sizing.call_profile.Call`): the items it touched are read from the moto backend right
 before and right after the request, sized by DynamoDB's rules and turned into request units,
 index writes included. The call profile the cost estimator reads is made of these.
 """
@@ -26,7 +26,7 @@ import boto3
 from aijobs import aws
 from aijobs.stage_config import DLQ_SUFFIX
 from aijobs.store.keys import PK, SK
-from aijobs_cli.call_profile import (
+from aijobs_cli.sizing.call_profile import (
     Call,
     IndexWrite,
     ItemAccess,

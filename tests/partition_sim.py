@@ -3,7 +3,7 @@
 Used by `tests/integration/test_partition_load.py` (no partition key shared by tenants takes more
 than its bucket's share) and by `scripts/benchmark.py --write-trace`, which writes the partition
 trace `aijobs capacity` reads for the index partitions every tenant shares
-(`cli/aijobs_cli/partition_trace.json`).
+(`cli/aijobs_cli/sizing/partition_trace.json`).
 
 Each successful write is counted where DynamoDB bills it: the table partition of the item, and
 each index partition whose entry it puts or deletes (a changed index key is a delete in the old
@@ -31,9 +31,9 @@ from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import SHARD_INDEXES, IndexBuckets
-from aijobs_cli.call_profile import key_template
-from aijobs_cli.partition_trace import STEPS, PartitionTrace, StepWrites, shape
 from aijobs_cli.resources import _create_table
+from aijobs_cli.sizing.call_profile import key_template
+from aijobs_cli.sizing.partition_trace import STEPS, PartitionTrace, StepWrites, shape
 from tests.integration.harness import Clock
 
 BUCKETS = 8

@@ -1491,8 +1491,8 @@ def cost(
     is a line of its own, priced from the same table the consumers use (`aijobs/model_prices.json`)."""
     from pydantic import ValidationError
 
-    from aijobs_cli.call_profile import CallProfile
-    from aijobs_cli.cost import (
+    from aijobs_cli.sizing.call_profile import CallProfile
+    from aijobs_cli.sizing.cost import (
         DEFAULT_PRICES,
         PriceTable,
         Workload,
@@ -1615,8 +1615,8 @@ def capacity(
     jobs/s at which it is reached, first wall first."""
     from pydantic import ValidationError
 
-    from aijobs_cli.call_profile import CallProfile
-    from aijobs_cli.capacity import CapacityInputs, markdown, model, rows, stage_inputs, summary
+    from aijobs_cli.sizing.call_profile import CallProfile
+    from aijobs_cli.sizing.capacity import CapacityInputs, markdown, model, rows, stage_inputs, summary
 
     try:
         from aijobs_cdk.stage import load_stage_config
@@ -2074,7 +2074,7 @@ def soak(
     the capacity model's prediction for that rate.
     """
     from aijobs.observability import logger
-    from aijobs_cli.capacity import stage_inputs
+    from aijobs_cli.sizing.capacity import stage_inputs
     from aijobs_cli.soak import (
         INVARIANTS,
         DeployedSoakTarget,

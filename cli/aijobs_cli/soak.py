@@ -811,7 +811,7 @@ def throttle_queries(target: Target) -> list[dict[str, Any]]:
     DynamoDB read/write throttle events per table and per global secondary index (the indexes the
     call profile writes), SQS peak in-flight messages and oldest message age per queue."""
     from aijobs.stage_config import queue_name_of
-    from aijobs_cli.call_profile import default_profile
+    from aijobs_cli.sizing.call_profile import default_profile
 
     indexes: dict[str, set[str]] = defaultdict(set)
     for path in default_profile().paths.values():
@@ -1460,7 +1460,7 @@ def _load_report(
     window_end = datetime.now(UTC)
     prediction = None
     if capacity_inputs is not None:
-        from aijobs_cli.capacity import CapacityInputs, model
+        from aijobs_cli.sizing.capacity import CapacityInputs, model
 
         rate = load.rate or max(achieved, 0.001)
         fields = {**capacity_inputs, "kinds": target.kinds, "tenants": tenants}

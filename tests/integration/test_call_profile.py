@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aijobs.store.keys import SHARD_INDEXES
-from aijobs_cli.call_profile import (
+from aijobs_cli.sizing.call_profile import (
     CRON_DISPATCHER,
     REGENERATE,
     Call,
@@ -58,7 +58,7 @@ def test_the_committed_profile_is_what_the_code_does_now(measured: CallProfile) 
         for name in (set(measured.paths) | set(committed.paths)) - new
         if measured.paths.get(name) != committed.paths.get(name)
     )
-    hint = f"run `{REGENERATE}` and commit cli/aijobs_cli/call_profile.json"
+    hint = f"run `{REGENERATE}` and commit cli/aijobs_cli/sizing/call_profile.json"
     assert not stale, f"the call profile is stale (paths that changed: {stale}): {hint}"
     known = {name: path for name, path in measured.paths.items() if name not in new}
     assert measured.model_copy(update={"paths": known}) == committed, (

@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from aijobs.store.keys import PK, SK, job_sk, user_pk
-from aijobs_cli.call_profile import WRITE_UNIT_BYTES, attribute_size, item_size
+from aijobs_cli.sizing.call_profile import WRITE_UNIT_BYTES, attribute_size, item_size
 from tests.integration.harness import Stage
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported

@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from aijobs_cli.call_profile import default_profile
-from aijobs_cli.partition_trace import REGENERATE, PartitionTrace, default_trace, trace_path
+from aijobs_cli.sizing.call_profile import default_profile
+from aijobs_cli.sizing.partition_trace import REGENERATE, PartitionTrace, default_trace, trace_path
 from tests.partition_sim import BUCKETED, BUCKETS, JOBS, PartitionRecorder, measure
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_the_committed_trace_is_what_the_store_writes_now(
     _, measured = simulation
     committed = PartitionTrace.from_json(trace_path())
     stale = sorted(step for step in measured.steps if measured.steps[step] != committed.steps.get(step))
-    hint = f"run `{REGENERATE}` and commit cli/aijobs_cli/partition_trace.json"
+    hint = f"run `{REGENERATE}` and commit cli/aijobs_cli/sizing/partition_trace.json"
     assert not stale, f"the partition trace is stale (steps that changed: {stale}): {hint}"
     assert measured == committed, f"the partition trace's header is stale: {hint}"
     assert default_trace() == committed  # the package reads the same file

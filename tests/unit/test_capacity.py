@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from aijobs_cli.call_profile import Call, CallProfile, IndexWrite, ItemAccess, PathProfile
-from aijobs_cli.capacity import (
+from aijobs_cli.main import app
+from aijobs_cli.sizing.call_profile import Call, CallProfile, IndexWrite, ItemAccess, PathProfile
+from aijobs_cli.sizing.capacity import (
     CapacityInputs,
     backoff_seconds_per_job,
     deliveries_per_job,
@@ -18,9 +19,8 @@ from aijobs_cli.capacity import (
     partition_scope,
     path_rates,
 )
-from aijobs_cli.cost import Workload, _path_counts
-from aijobs_cli.main import app
-from aijobs_cli.partition_trace import STEPS, PartitionTrace, StepWrites, default_trace, step_rates
+from aijobs_cli.sizing.cost import Workload, _path_counts
+from aijobs_cli.sizing.partition_trace import STEPS, PartitionTrace, StepWrites, default_trace, step_rates
 
 
 def _index(index: str, partition: str, units: float, writes: int = 1) -> IndexWrite:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from aijobs.stage_config import parse_stage_config
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.call_profile import (
+from aijobs_cli.sizing.call_profile import (
     CRON_DISPATCHER,
     Call,
     CallProfile,
@@ -21,7 +21,7 @@ from aijobs_cli.call_profile import (
     PathProfile,
     default_profile,
 )
-from aijobs_cli.cost import (
+from aijobs_cli.sizing.cost import (
     DEFAULT_PRICES,
     Estimate,
     PriceTable,

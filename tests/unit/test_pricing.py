@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from aijobs import observability, pricing
 from aijobs.pricing import ModelPrice, ModelPriceTable, Spend, base_model_id, cost, default_table, spend
-from aijobs_cli.cost import Workload, estimate, render_text
+from aijobs_cli.sizing.cost import Workload, estimate, render_text
 
 M = 1_000_000
 LITE = "amazon.nova-lite-v1:0"

@@ -126,7 +126,7 @@ def per_job_writes(trace: PartitionTrace, rates: Mapping[str, float]) -> dict[tu
 @functools.cache
 def default_trace() -> PartitionTrace:
     """The trace committed with the package (read on first use)."""
-    text = resources.files("aijobs_cli").joinpath(TRACE_FILE).read_text(encoding="utf-8")
+    text = resources.files("aijobs_cli.sizing").joinpath(TRACE_FILE).read_text(encoding="utf-8")
     return PartitionTrace.model_validate_json(text)
 
 

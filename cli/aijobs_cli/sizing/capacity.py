@@ -1,12 +1,12 @@
 """`aijobs capacity`: which limit a job rate meets first, from the measured call profile and
 partition trace.
 
-Pure arithmetic, like `aijobs_cli.cost`: nothing here calls AWS. What each request path calls (and
+Pure arithmetic, like `aijobs_cli.sizing.cost`: nothing here calls AWS. What each request path calls (and
 which items, partitions and index partitions it writes) comes from the call profile
-(`aijobs_cli/call_profile.json`, measured on moto by `scripts/benchmark.py --write-profile`). The
+(`aijobs_cli/sizing/call_profile.json`, measured on moto by `scripts/benchmark.py --write-profile`). The
 index partitions every tenant shares, and the per-job work the crons do later (retention removing
 each credit transaction, grants entering and leaving the expiry index), come from the partition
-trace (`aijobs_cli/partition_trace.json`, `scripts/benchmark.py --write-trace`: the store driven
+trace (`aijobs_cli/sizing/partition_trace.json`, `scripts/benchmark.py --write-trace`: the store driven
 through every step of a job's life on moto), each step weighed by how often this workload runs it.
 This module only says how often each path and step runs per job and how the load spreads:
 
@@ -38,8 +38,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aijobs.stage_config import StageConfig
-from aijobs_cli.call_profile import Call, CallProfile, default_profile
-from aijobs_cli.partition_trace import PartitionTrace, default_trace, per_job_writes, step_rates
+from aijobs_cli.sizing.call_profile import Call, CallProfile, default_profile
+from aijobs_cli.sizing.partition_trace import PartitionTrace, default_trace, per_job_writes, step_rates
 
 #: API Gateway HTTP API: requests per second per account and region (adjustable).
 APIGW_ACCOUNT_RPS = 10_000.0
@@ -134,7 +134,7 @@ class CapacityInputs(BaseModel):
 
 def stage_inputs(config: StageConfig) -> dict[str, Any]:
     """The `CapacityInputs` fields a stage's configuration decides."""
-    from aijobs_cli.cost import cron_runs_per_hour
+    from aijobs_cli.sizing.cost import cron_runs_per_hour
 
     return {
         "kinds": config.queue_names or ("default",),

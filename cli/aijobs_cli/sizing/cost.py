@@ -8,7 +8,7 @@ How the AWS side is modelled (this project's code paths, not a generic SQS app):
 
 - What each code path calls (DynamoDB request units with index writes, SQS requests, S3 puts, SNS
   publishes) is not guessed here: it comes from the measured call profile
-  (`aijobs_cli/call_profile.json`, `aijobs_cli.call_profile`), one path per outcome. This module
+  (`aijobs_cli/sizing/call_profile.json`, `aijobs_cli.sizing.call_profile`), one path per outcome. This module
   only says how many times each path runs in a month.
 - A job's first attempt fails with probability `retry_rate` (retryably) or `failed_final_rate`
   (for good). Of the retried, `dlq_rate` (a share of *all* jobs, so `dlq_rate <= retry_rate`)
@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from aijobs.cron import parse_cron
 from aijobs.pricing import ModelPriceTable, default_table
 from aijobs.stage_config import StageConfig
-from aijobs_cli.call_profile import REGENERATE, CallProfile, PathProfile, default_profile
+from aijobs_cli.sizing.call_profile import REGENERATE, CallProfile, PathProfile, default_profile
 
 #: SQS bills each 64 KB chunk of a request's payload as one request; Cloudflare Queues bills each
 #: 64 KB written, read or deleted as one operation.

@@ -4,7 +4,7 @@
 runs every path on a moto stage and records each call from botocore's own events
 (`tests/aws_calls.py`), reading the items it touched from the moto backend before and after the
 call. `tests/integration/test_call_profile.py` measures again and fails when the file is stale.
-The cost estimator (`aijobs_cli.cost`) takes its per-path counts from here and nowhere else.
+The cost estimator (`aijobs_cli.sizing.cost`) takes its per-path counts from here and nowhere else.
 
 Per call it keeps what a capacity model needs too: the table by role (`meta`, `shard`), the key
 *template* of every item it touched (`USER#{}` / `JOB#{}`: constant upper-case parts kept,
@@ -308,7 +308,7 @@ class CallProfile(_Frozen):
 @functools.cache
 def default_profile() -> CallProfile:
     """The profile committed with the package (read on first use)."""
-    text = resources.files("aijobs_cli").joinpath(PROFILE_FILE).read_text(encoding="utf-8")
+    text = resources.files("aijobs_cli.sizing").joinpath(PROFILE_FILE).read_text(encoding="utf-8")
     return CallProfile.model_validate_json(text)
 
 
