@@ -19,7 +19,8 @@ from aijobs_cli.sizing.capacity import (
     partition_scope,
     path_rates,
 )
-from aijobs_cli.sizing.cost import Workload, _path_counts
+from aijobs_cli.sizing.cost import Workload
+from aijobs_cli.sizing.cost_lines import path_counts
 from aijobs_cli.sizing.partition_trace import STEPS, PartitionTrace, StepWrites, default_trace, step_rates
 
 
@@ -128,7 +129,7 @@ def test_path_rates_are_the_cost_models_job_fates_per_job() -> None:
         idempotency_rate=0.3, polls_per_job=3, max_retries=3,
     )  # fmt: skip
     jobs = 1_000_000
-    counts = _path_counts(
+    counts = path_counts(
         Workload(
             jobs_per_month=jobs, retry_rate=0.05, dlq_rate=0.01, failed_final_rate=0.02,
             idempotency_key_rate=0.3, status_polls_per_job=3, max_retries=3,

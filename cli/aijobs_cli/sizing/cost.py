@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from datetime import date, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Self
 
@@ -50,21 +50,24 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from aijobs.cron import parse_cron
 from aijobs.pricing import ModelPriceTable, default_table
 from aijobs.stage_config import StageConfig
-from aijobs_cli.sizing.call_profile import REGENERATE, CallProfile, PathProfile, default_profile
-
-#: SQS bills each 64 KB chunk of a request's payload as one request; Cloudflare Queues bills each
-#: 64 KB written, read or deleted as one operation.
-CHUNK_KB = 64
-#: Messages one ReceiveMessage call can return, and entries one DeleteMessageBatch can hold.
-SQS_MAX_MESSAGES_PER_CALL = 10
-#: WaitTimeSeconds of the event-source mapping's long polls (the SQS maximum; Lambda uses it).
-LONG_POLL_SECONDS = 20
-#: The price quantities are per this many units.
-MILLION = 1_000_000
-THOUSAND = 1_000
-#: Services of the call profile the estimate prices (others are listed as unpriced calls).
-PRICED_SERVICES = frozenset({"dynamodb", "sqs", "s3", "sns"})
-KB_PER_GB = 1024 * 1024
+from aijobs_cli.sizing.call_profile import REGENERATE, CallProfile, default_profile
+from aijobs_cli.sizing.cost_lines import (
+    LONG_POLL_SECONDS,
+    MILLION,
+    THOUSAND,
+    CostLine,
+    Ledger,
+    chunks,
+    dynamodb_lines,
+    gateway_and_scheduler_lines,
+    lambda_lines,
+    month_runs,
+    s3_and_sns_lines,
+    share,
+    sqs_lines,
+    sqs_mapping_lines,
+    unpriced_calls,
+)
 
 ASSUMPTIONS: tuple[str, ...] = (
     "Free tiers are not subtracted (AWS or Cloudflare): they are per account and shared.",
@@ -254,12 +257,12 @@ class Workload(BaseModel):
     @property
     def retried_jobs(self) -> int:
         """Jobs whose first attempt fails (article: "5% retry 一次")."""
-        return _share(self.jobs_per_month, self.retry_rate)
+        return share(self.jobs_per_month, self.retry_rate)
 
     @property
     def dead_lettered_jobs(self) -> int:
         """Jobs that end in the DLQ after `max_retries` retries."""
-        return _share(self.jobs_per_month, self.dlq_rate)
+        return share(self.jobs_per_month, self.dlq_rate)
 
     @property
     def recovered_jobs(self) -> int:
@@ -269,7 +272,7 @@ class Workload(BaseModel):
     @property
     def failed_final_jobs(self) -> int:
         """Jobs whose first attempt fails for good."""
-        return _share(self.jobs_per_month, self.failed_final_rate)
+        return share(self.jobs_per_month, self.failed_final_rate)
 
     @property
     def first_try_jobs(self) -> int:
@@ -291,30 +294,12 @@ class Workload(BaseModel):
 
     @property
     def rechecks(self) -> int:
-        return _share(self.jobs_per_month, self.provider_rechecks_per_job)
+        return share(self.jobs_per_month, self.provider_rechecks_per_job)
 
     @property
     def deliveries(self) -> int:
         """Messages handed to the main-queue consumers: every attempt plus every re-check."""
         return self.attempts + self.rechecks
-
-
-class CostLine(BaseModel):
-    """One billable item: `monthly_usd = quantity / price_basis * unit_price`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    service: str
-    item: str
-    quantity: float
-    unit: str
-    #: USD per `price_basis` units (the number as it appears on the pricing page).
-    unit_price: float
-    price_basis: int = 1
-    monthly_usd: float
-    how: str
-    #: A cost that does not grow with the jobs (empty polls, crons).
-    fixed: bool = False
 
 
 class ModelRate(BaseModel):
@@ -405,41 +390,6 @@ class Estimate(BaseModel):
         raise KeyError(f"{service}: {item}")
 
 
-# --- arithmetic helpers -----------------------------------------------------------------------
-
-
-def _share(total: int, rate: float) -> int:
-    """`total * rate` rounded half up, in decimal so 20,000 x 0.05 is exactly 1,000."""
-    return int((Decimal(total) * Decimal(str(rate))).to_integral_value(rounding=ROUND_HALF_UP))
-
-
-def _chunks(payload_kb: Decimal) -> int:
-    """64 KB chunks billed for a payload (at least one)."""
-    return max(1, math.ceil(payload_kb / CHUNK_KB))
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _batched_calls(messages: int, per_call: int) -> int:
-    return _ceil_div(messages, per_call) if messages else 0
-
-
-def _receive_requests(messages: int, per_call: int, message_kb: float) -> int:
-    """Billed requests of the ReceiveMessage calls returning `messages`, `per_call` at a time.
-
-    Each call is billed per 64 KB chunk of its whole payload (all returned messages together).
-    """
-    kb = Decimal(str(message_kb))
-    full, rest = divmod(messages, per_call)
-    return full * _chunks(kb * per_call) + (_chunks(kb * rest) if rest else 0)
-
-
-def _gb_seconds(count: int, seconds: float, memory_mb: int) -> float:
-    return count * seconds * memory_mb / 1024
-
-
 # --- Cloudflare (the article) -----------------------------------------------------------------
 
 
@@ -460,9 +410,9 @@ def cloudflare_operations(workload: Workload) -> int:
     or delete. Counted strictly (3 retries per dead-lettered job, DLQ read + delete) the example
     would be 62,000; `max_retries` is deliberately not used here so the article's figure reproduces.
     """
-    chunks = _chunks(Decimal(str(workload.message_kb)))
+    per_message = chunks(Decimal(str(workload.message_kb)))
     messages = workload.jobs_per_month
-    return chunks * (3 * messages + workload.retried_jobs + workload.dead_lettered_jobs)
+    return per_message * (3 * messages + workload.retried_jobs + workload.dead_lettered_jobs)
 
 
 # --- cron runs ----------------------------------------------------------------------------------
@@ -504,35 +454,6 @@ def stage_workload(config: StageConfig) -> dict[str, Any]:
 # --- AWS --------------------------------------------------------------------------------------
 
 
-def _path_counts(w: Workload) -> dict[str, int]:
-    """How many times each measured path runs in the month (crons apart)."""
-    idempotent = _share(w.jobs_per_month, w.idempotency_key_rate)
-    return {
-        "producer.submit": w.jobs_per_month - idempotent,
-        "producer.submit_idempotent": idempotent,
-        "producer.poll": _share(w.jobs_per_month, w.status_polls_per_job),
-        "consumer.success": w.first_try_jobs,
-        "consumer.retry": w.retries,
-        "consumer.success_after_retry": w.recovered_jobs,
-        "consumer.dead_letter": w.dead_lettered_jobs,
-        "consumer.failed_final": w.failed_final_jobs,
-        "dlq.dead_letter": w.dead_lettered_jobs,
-    }
-
-
-def _cron_share(path: PathProfile, w: Workload) -> list[tuple[PathProfile, int, str]]:
-    """A cron path split by how its calls repeat: (calls, repeats per run, why)."""
-    per_run = [c for c in path.calls if c.table != "shard"]
-    per_kind = [c for c in path.calls if c.table == "shard" and (c.partition or "").startswith("KIND#")]
-    per_shard = [c for c in path.calls if c.table == "shard" and c not in per_kind]
-    parts = [
-        (per_run, 1, "per run"),
-        (per_shard, w.shard_count, f"x {w.shard_count} shard(s)"),
-        (per_kind, w.shard_count * w.queues, f"x {w.shard_count} shard(s) x {w.queues} kinds"),
-    ]
-    return [(PathProfile(description=why, calls=tuple(calls)), n, why) for calls, n, why in parts if calls]
-
-
 def estimate(
     workload: Workload,
     prices: PriceTable = DEFAULT_PRICES,
@@ -547,247 +468,25 @@ def estimate(
     """
     w = workload
     profile = profile or default_profile()
-    lines: list[CostLine] = []
-
-    def add(
-        service: str,
-        item: str,
-        quantity: float,
-        unit: str,
-        unit_price: float,
-        basis: int,
-        how: str,
-        fixed: bool = False,
-    ) -> None:
-        lines.append(
-            CostLine(
-                service=service, item=item, quantity=quantity, unit=unit, unit_price=unit_price,
-                price_basis=basis, monthly_usd=quantity / basis * unit_price, how=how, fixed=fixed,
-            )
-        )  # fmt: skip
-
-    jobs, dlq, deliveries = w.jobs_per_month, w.dead_lettered_jobs, w.deliveries
-    per_message = _chunks(Decimal(str(w.message_kb)))
-    per_receive = min(w.batch_size, SQS_MAX_MESSAGES_PER_CALL)
-    per_delete = min(w.batch_size, SQS_MAX_MESSAGES_PER_CALL)
-    fate = (
-        f"{jobs:,} jobs: {w.first_try_jobs:,} first try, {w.recovered_jobs:,} after 1 retry, "
-        f"{dlq:,} dead-lettered after {w.max_retries} retries, {w.failed_final_jobs:,} failed for good"
-    )
-    # (path name, its calls, runs per month, fixed cost?) -- every measured path the month runs.
-    runs: list[tuple[str, PathProfile, int, bool]] = [
-        (name, profile.path(name), count, False) for name, count in _path_counts(w).items()
-    ]
-    hours = w.hours_per_month
-    cron_runs_total = 0
-    estimated_crons = []
-    for expression, per_hour in w.cron_runs.items():
-        fired = round(per_hour * hours)
-        cron_runs_total += fired
-        path, estimated = profile.cron_or_estimate(expression)
-        note = "estimated: the dispatcher's own calls, " if estimated else ""
-        if estimated:
-            estimated_crons.append(expression)
-        for part, repeats, why in _cron_share(path, w):
-            runs.append((f"cron {expression} ({note}{why})", part, fired * repeats, True))
-
-    def tally(
-        service: str, operation: str | None = None, role: str | None = None
-    ) -> list[tuple[str, int, int]]:
-        """(path, runs, requests per run) of every path calling `service` [`operation` on `role`]."""
-        found = []
-        for name, path, count, _ in runs:
-            calls = [
-                c for c in path.calls
-                if c.service == service and operation in (None, c.operation) and role in (None, c.table)
-            ]  # fmt: skip
-            chunked = sum(per_message if c.carries_message else c.requests for c in calls)
-            if calls and count:
-                found.append((name, count, chunked))
-        return found
-
-    def derivation(parts: list[tuple[str, int, Any]], unit: str = "") -> str:
-        return " + ".join(f"{count:,} {name} x {each:g}{unit}" for name, count, each in parts) or "none"
-
-    # SQS: the functions' own requests (measured), then what the event-source mappings do -------------
-    sqs = prices.sqs_standard_per_million_requests
-    sends = tally("sqs", "SendMessage", "queue")
-    add(
-        "SQS", "SendMessage (submits + re-check re-sends)",
-        sum(c * r for _, c, r in sends) + w.rechecks * per_message, "requests", sqs, MILLION,
-        f"{derivation(sends)} + {w.rechecks:,} re-checks x {per_message}; each {w.message_kb:g} KB "
-        f"message is {per_message} chunk(s) of 64 KB; retries re-receive, never re-send",
-    )  # fmt: skip
-    seen = {("SendMessage", "queue")}
-    for _, path, _, _ in runs:
-        for call in path.calls:
-            key = (call.operation, call.table or "")
-            if call.service != "sqs" or key in seen:
-                continue
-            seen.add(key)
-            found = tally("sqs", call.operation, call.table)
-            item = {
-                ("ChangeMessageVisibility", "queue"): "ChangeMessageVisibility (retry back-off)",
-                ("SendMessage", "dlq"): "SendMessage to DLQ",
-            }.get(key, f"{call.operation} ({call.table})")
-            add("SQS", item, sum(c * r for _, c, r in found), "requests", sqs, MILLION, derivation(found))
-    add(
-        "SQS", "ReceiveMessage (consumer, with messages)",
-        _receive_requests(deliveries, per_receive, w.message_kb), "requests", sqs, MILLION,
-        f"{deliveries:,} deliveries ({jobs:,} + {w.retries:,} retries + {w.rechecks:,} re-checks) / "
-        f"{per_receive} per call, each call billed per 64 KB of its payload",
-    )  # fmt: skip
-    deleted = jobs + w.rechecks
-    add(
-        "SQS", "DeleteMessageBatch (consumer acks)", _batched_calls(deleted, per_delete), "requests",
-        sqs, MILLION,
-        f"{deleted:,} messages deleted once each (dead-lettered ones too: acked after the DLQ send) / "
-        f"{per_delete} per call",
-    )  # fmt: skip
-    add(
-        "SQS", "DLQ ReceiveMessage (DLQ consumer)", _receive_requests(dlq, per_receive, w.message_kb),
-        "requests", sqs, MILLION, f"{dlq:,} DLQ messages / {per_receive} per call",
-    )  # fmt: skip
-    add(
-        "SQS", "DLQ DeleteMessageBatch", _batched_calls(dlq, per_delete), "requests", sqs, MILLION,
-        f"{dlq:,} DLQ messages / {per_delete} per call",
-    )  # fmt: skip
-    polls_per_poller = int(hours * 3600 // LONG_POLL_SECONDS)
-    polled = 2 * w.queues + 1  # every kind's queue and DLQ, and the webhook delivery queue
-    add(
-        "SQS", "empty long polls (event-source mappings)", w.esm_pollers * polls_per_poller * polled,
-        "requests", sqs, MILLION,
-        f"{w.esm_pollers} pollers x {polls_per_poller:,} polls ({hours:g} h x 3600 / "
-        f"{LONG_POLL_SECONDS} s) x {polled} queues ({w.queues} main + {w.queues} DLQ + webhooks); "
-        "each empty ReceiveMessage is billed",
-        fixed=True,
-    )  # fmt: skip
-
-    # Lambda ---------------------------------------------------------------------------------
-    lam_req, lam_gbs = prices.lambda_per_million_requests, prices.lambda_arm64_per_gb_second
-    polls = _share(jobs, w.status_polls_per_job)
-    api_calls = jobs + polls
-    consumer_calls = _batched_calls(deliveries, w.batch_size)
-    dlq_calls = _batched_calls(dlq, w.batch_size)
-    cron_note = ", ".join(f"{e!r} {r:g}/h" for e, r in w.cron_runs.items()) or "no CRONS"
-    add(
-        "Lambda", "API (producer) invocations", api_calls, "requests", lam_req, MILLION,
-        f"{jobs:,} submits + {polls:,} status polls ({w.status_polls_per_job:g} per job)",
-    )  # fmt: skip
-    add(
-        "Lambda", "API (producer) duration", _gb_seconds(api_calls, w.api_avg_ms / 1000, w.api_memory_mb),
-        "GB-seconds", lam_gbs, 1,
-        f"{api_calls:,} x {w.api_avg_ms:g} ms x {w.api_memory_mb} MB / 1024 (arm64)",
-    )  # fmt: skip
-    add(
-        "Lambda", "consumer invocations", consumer_calls, "requests", lam_req, MILLION,
-        f"{deliveries:,} deliveries / batch of {w.batch_size} (window {w.batch_window_seconds} s); {fate}",
-    )  # fmt: skip
-    add(
-        "Lambda", "consumer duration",
-        _gb_seconds(deliveries, w.consumer_avg_seconds, w.consumer_memory_mb), "GB-seconds", lam_gbs, 1,
-        f"{deliveries:,} deliveries x {w.consumer_avg_seconds:g} s x {w.consumer_memory_mb} MB / 1024",
-    )  # fmt: skip
-    add(
-        "Lambda", "DLQ consumer invocations", dlq_calls, "requests", lam_req, MILLION,
-        f"{dlq:,} DLQ messages / batch of {w.batch_size}",
-    )  # fmt: skip
-    add(
-        "Lambda", "DLQ consumer duration",
-        _gb_seconds(dlq, w.dlq_consumer_avg_ms / 1000, w.dlq_consumer_memory_mb), "GB-seconds", lam_gbs, 1,
-        f"{dlq:,} messages x {w.dlq_consumer_avg_ms:g} ms x {w.dlq_consumer_memory_mb} MB / 1024",
-    )  # fmt: skip
-    add(
-        "Lambda", "cron dispatcher invocations", cron_runs_total, "requests", lam_req, MILLION,
-        f"{cron_note} x {hours:g} h", fixed=True,
-    )  # fmt: skip
-    add(
-        "Lambda", "cron dispatcher duration",
-        _gb_seconds(cron_runs_total, w.cron_avg_seconds, w.cron_memory_mb), "GB-seconds", lam_gbs, 1,
-        f"{cron_runs_total:,} runs x {w.cron_avg_seconds:g} s x {w.cron_memory_mb} MB / 1024", fixed=True,
-    )  # fmt: skip
-
-    # DynamoDB (measured units per path) -----------------------------------------------------------
-    row = None if w.job_row_kb is None else math.ceil(w.job_row_kb * 1024)
-    row_note = (
-        f"job rows re-priced at {w.job_row_kb:g} KB"
-        if row
-        else f"job rows as measured ({profile.job_row_bytes:,} B)"
-    )
-    for fixed in (False, True):
-        read_parts, write_parts = [], []
-        for name, path, count, is_fixed in runs:
-            if is_fixed != fixed or not count:
-                continue
-            reads, writes = path.units(row)
-            if reads:
-                read_parts.append((name, count, reads))
-            if writes:
-                write_parts.append((name, count, writes))
-        suffix = " (crons)" if fixed else ""
-        add(
-            "DynamoDB", f"write request units{suffix}", math.fsum(c * u for _, c, u in write_parts), "WRU",
-            prices.dynamodb_per_million_write_units, MILLION,
-            f"{derivation(write_parts)} (index writes included; {row_note})", fixed=fixed,
-        )  # fmt: skip
-        add(
-            "DynamoDB", f"read request units{suffix}", math.fsum(c * u for _, c, u in read_parts), "RRU",
-            prices.dynamodb_per_million_read_units, MILLION, derivation(read_parts), fixed=fixed,
-        )  # fmt: skip
-
-    # API Gateway, Scheduler ---------------------------------------------------------------------
-    add(
-        "API Gateway", "HTTP API requests", api_calls, "requests", prices.apigw_http_per_million_requests,
-        MILLION, f"{jobs:,} POST /jobs + {polls:,} GET /jobs/{{id}} (each < 512 KB)",
-    )  # fmt: skip
-    add(
-        "EventBridge Scheduler", "schedule invocations", cron_runs_total, "invocations",
-        prices.scheduler_per_million_invocations, MILLION, f"{cron_note} x {hours:g} h", fixed=True,
-    )  # fmt: skip
-
-    # S3, SNS --------------------------------------------------------------------------------------
-    ok = w.succeeded_jobs
-    puts = tally("s3", "PutObject")
-    add(
-        "S3", "PUT requests", sum(c * r for _, c, r in puts) + ok * w.artifact_puts_per_job, "requests",
-        prices.s3_put_per_thousand, THOUSAND,
-        f"{derivation(puts)} + {ok:,} succeeded jobs x {w.artifact_puts_per_job} artifacts",
-    )  # fmt: skip
-    gets = tally("s3", "GetObject")
-    add(
-        "S3", "GET requests", sum(c * r for _, c, r in gets) + ok * w.result_gets_per_job, "requests",
-        prices.s3_get_per_thousand, THOUSAND,
-        f"{derivation(gets)} + {ok:,} succeeded jobs x {w.result_gets_per_job} downloads",
-    )  # fmt: skip
-    stored_gb = ok * w.result_kb_per_job * w.result_retention_months / KB_PER_GB
-    add(
-        "S3", "storage", stored_gb, "GB-month", prices.s3_storage_per_gb_month, 1,
-        f"{ok:,} jobs x {w.result_kb_per_job:g} KB x {w.result_retention_months:g} month(s) kept",
-    )  # fmt: skip
-    alerts = tally("sns")
-    add(
-        "SNS", "Publish (alerts)", sum(c * r for _, c, r in alerts), "requests",
-        prices.sns_per_million_requests, MILLION, derivation(alerts),
-    )  # fmt: skip
-
-    unpriced: dict[str, int] = {}
-    for _, path, count, _ in runs:
-        for call in path.calls:
-            if call.service not in PRICED_SERVICES and count:
-                name = f"{call.service}:{call.operation}"
-                unpriced[name] = unpriced.get(name, 0) + count
-
-    # Model ---------------------------------------------------------------------------------------
+    runs, cron_runs_total, estimated_crons = month_runs(w, profile)
+    ledger = Ledger(workload=w, prices=prices, runs=runs, cron_runs_total=cron_runs_total)
+    sqs_lines(ledger)
+    sqs_mapping_lines(ledger)
+    lambda_lines(ledger)
+    dynamodb_lines(ledger, profile.job_row_bytes)
+    gateway_and_scheduler_lines(ledger)
+    s3_and_sns_lines(ledger)
+    unpriced = unpriced_calls(runs)
     if w.model is not None:
         for service, item, quantity, unit, unit_price, basis, how in _model_lines(w, model_prices):
-            add(service, item, quantity, unit, unit_price, basis, how)
+            ledger.add(service, item, quantity, unit, unit_price, basis, how)
 
     operations = cloudflare_operations(w)
     measured_kinds = list(profile.measured_kinds)
     return Estimate(
         workload=w,
         prices=prices,
-        lines=lines,
+        lines=ledger.lines,
         cloudflare_operations=operations,
         cloudflare_usd=operations / MILLION * prices.cloudflare_queues_per_million_operations,
         model_rates=model_rates(w, model_prices),
