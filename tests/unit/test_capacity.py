@@ -16,9 +16,9 @@ from aijobs_cli.sizing.capacity import (
     backoff_seconds_per_job,
     deliveries_per_job,
     model,
-    partition_scope,
     path_rates,
 )
+from aijobs_cli.sizing.capacity_limits import partition_scope
 from aijobs_cli.sizing.cost import Workload
 from aijobs_cli.sizing.cost_lines import path_counts
 from aijobs_cli.sizing.partition_trace import STEPS, PartitionTrace, StepWrites, default_trace, step_rates
