@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from aijobs.stage_config import ConfigError
 from aijobs_cdk.app_factory import build_app
 from aijobs_cdk.deps_layer import DepsLayerBuildError
+from aijobs_cdk.stage_config import ConfigError
 
 
 def main() -> None:

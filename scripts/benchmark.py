@@ -105,8 +105,8 @@ def moto_stage() -> Iterator[Any]:
 
     from aijobs import aws, runtime
     from aijobs.observability import logger
-    from aijobs.stage_config import parse_stage_config
     from aijobs.store.retention import write_retention
+    from aijobs_cdk.stage_config import parse_stage_config
     from aijobs_cli.moto_speedups import apply as apply_speedups
     from aijobs_cli.resources import provision
     from tests.integration.harness import Clock, Stage
@@ -643,8 +643,8 @@ def function_envs() -> dict[str, dict[str, str]]:
     """Each measured function's environment on the dev stage (`.env.dev` as shipped: Bedrock, Polly
     for speech, the workflow kinds) with made-up resource names: enough to build its settings and
     clients, never to call AWS."""
-    from aijobs.stage_config import DLQ_SUFFIX, queue_resource_name
     from aijobs_cdk.stage import load_stage_config
+    from aijobs_cdk.stage_config import DLQ_SUFFIX, queue_resource_name
     from aijobs_cli.resources import StageResources
 
     config = load_stage_config("dev")

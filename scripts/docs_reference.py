@@ -2,7 +2,7 @@
 
     python scripts/docs_reference.py [OUT_DIR]     # default: docs/reference (git-ignored)
 
-- configuration.md: every stage key (`.env.<stage>`), with its default and bounds (aijobs.stage_config);
+- configuration.md: every stage key (`.env.<stage>`), with its default and bounds (aijobs_cdk.stage_config);
 - cli.md: every `aijobs` command with its arguments and options (the typer app);
 - http-api.md and openapi.json: every route with its answers (the API's own `/openapi.json`, read
   from the API function behind a throwaway local stack);
@@ -36,7 +36,7 @@ def _cell(text: object) -> str:
 
 
 def configuration() -> str:
-    from aijobs import stage_config
+    from aijobs_cdk import stage_config
 
     lines = [
         "# Configuration keys\n",

@@ -24,8 +24,8 @@ from typing import Any
 import boto3
 
 from aijobs import aws
-from aijobs.stage_config import DLQ_SUFFIX
 from aijobs.store.keys import PK, SK
+from aijobs_cdk.stage_config import DLQ_SUFFIX
 from aijobs_cli.sizing.call_profile import (
     Call,
     IndexWrite,

@@ -8,10 +8,10 @@ from pathlib import Path
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from aijobs.stage_config import KNOWN_KEYS, StageConfig
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stacks.aijobs_stack import AijobsStack
 from aijobs_cdk.stage import DEFAULT_STAGE, load_stage_config
+from aijobs_cdk.stage_config import KNOWN_KEYS, StageConfig
 
 
 def stack_name(stage: str) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from aijobs.stage_config import KNOWN_KEYS, ConfigError, StageConfig, parse_stage_config
 from aijobs_cdk import REPO_ROOT
+from aijobs_cdk.stage_config import KNOWN_KEYS, ConfigError, StageConfig, parse_stage_config
 
 DEFAULT_STAGE = "dev"
 

@@ -42,7 +42,9 @@ from aijobs.bindings import queue_name_of
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_SCHEDULED_TIME, dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
-from aijobs.stage_config import (
+from aijobs.store.retention import write_retention
+from aijobs.store.tenants import Directory
+from aijobs_cdk.stage_config import (
     DLQ_SUFFIX,
     WEBHOOK_BATCH_SIZE,
     WEBHOOK_QUEUE,
@@ -50,8 +52,6 @@ from aijobs.stage_config import (
     event_source_mappings_env,
     queue_resource_name,
 )
-from aijobs.store.retention import write_retention
-from aijobs.store.tenants import Directory
 from aijobs_cli.api_containers import ApiContainer, ApiContainers
 from aijobs_cli.esm import LambdaContext, QueueMapping
 from aijobs_cli.moto_server import MotoProcess

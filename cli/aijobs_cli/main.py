@@ -43,8 +43,8 @@ from aijobs.bounds import (
 )
 from aijobs.domain import JobStatus
 from aijobs.errors import CANCELLED, AijobsError
-from aijobs.stage_config import ConfigError
 from aijobs.store.spend import SpendRecords
+from aijobs_cdk.stage_config import ConfigError
 from aijobs_cli.models import models_app
 from aijobs_cli.target import ApiResponse, Target, TargetError
 

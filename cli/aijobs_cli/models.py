@@ -98,8 +98,8 @@ def _render(found: list[dict[str, str]]) -> None:
 
 
 def _stage_plans(stage: str) -> dict[str, KindPlan]:
-    from aijobs.stage_config import ConfigError
     from aijobs_cdk.stage import load_stage_config
+    from aijobs_cdk.stage_config import ConfigError
 
     try:
         config = load_stage_config(stage)

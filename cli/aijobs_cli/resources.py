@@ -14,7 +14,8 @@ from typing import Any
 import boto3
 
 from aijobs.settings import ApiSettings, ConsumerSettings, CronSettings, DlqSettings, WebhookSettings
-from aijobs.stage_config import (
+from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK
+from aijobs_cdk.stage_config import (
     DLQ_SUFFIX,
     SQS_RETENTION_MAX_DAYS,
     WEBHOOK_QUEUE,
@@ -25,7 +26,6 @@ from aijobs.stage_config import (
     queue_resource_name,
     resource_prefix,
 )
-from aijobs.store.keys import META_INDEXES, PK, SHARD_INDEXES, SK
 
 
 @dataclass

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aijobs.stage_config import DLQ_SUFFIX, binding_name, queue_resource_name
+from aijobs_cdk.stage_config import DLQ_SUFFIX, binding_name, queue_resource_name
 
 FUNCTION_TYPE = "AWS::Lambda::Function"
 # Inside a SAM container, the host's loopback is not 127.0.0.1 (Docker Desktop's name for the host).
@@ -364,8 +364,9 @@ def local_overrides(variables: Mapping[str, str], endpoint: str) -> dict[str, st
 def _local_plans(kind_providers: str) -> dict[str, str]:
     """The same kinds planned on the local provider: its models (as the local stage plans them),
     no allow-lists and the local fallbacks the kinds declare."""
-    from aijobs.provider_plan import kind_pairs, parse_provider_plan, plans_setting
+    from aijobs.provider_plan import kind_pairs, plans_setting
     from aijobs.workflows.registry import workflow_children
+    from aijobs_cdk.provider_plans import parse_provider_plan
 
     kinds = tuple(kind for kind in kind_pairs("KIND_PROVIDERS", kind_providers) if kind != "classify")
     children = {kind: child for kind, child in workflow_children().items() if kind in kinds}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from aijobs.cron import CronExpression, parse_cron
-from aijobs.stage_config import StageConfig, queue_resource_name
+from aijobs_cdk.stage_config import StageConfig, queue_resource_name
 
 #: The hand-written events (API, DLQ, webhooks), next to the package in a checkout.
 EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"

@@ -16,8 +16,8 @@ from aijobs.kinds.base import check_kind_name
 from aijobs.kinds.registry import NOT_KIND_MODULES, module_name
 from aijobs.kinds.registry import kind as declared_kind
 from aijobs.providers.base import CAPABILITY_NAMES
-from aijobs.stage_config import RESERVED_QUEUE_NAMES
 from aijobs.workflows.registry import WORKFLOWS
+from aijobs_cdk.stage_config import RESERVED_QUEUE_NAMES
 
 KINDS_FOLDER = Path("layers/aijobs/python/aijobs/kinds")
 

@@ -810,7 +810,7 @@ def throttle_queries(target: Target) -> list[dict[str, Any]]:
     `Throttles` per consumer and cron function and the account's peak `ConcurrentExecutions`,
     DynamoDB read/write throttle events per table and per global secondary index (the indexes the
     call profile writes), SQS peak in-flight messages and oldest message age per queue."""
-    from aijobs.stage_config import queue_name_of
+    from aijobs_cdk.stage_config import queue_name_of
     from aijobs_cli.sizing.call_profile import default_profile
 
     indexes: dict[str, set[str]] = defaultdict(set)

@@ -21,11 +21,11 @@ from aijobs.operator import Operator
 from aijobs.provider_plan import KindPlan, plans_from_setting
 from aijobs.queues import JobQueues
 from aijobs.scheduled.context import CronContext
-from aijobs.stage_config import StageConfig, binding_name, split_list
 from aijobs.store.keys import IndexBuckets
 from aijobs.store.spend import SpendRecords
 from aijobs.store.tenants import Directory
 from aijobs.webhooks.secrets import WebhookSecrets
+from aijobs_cdk.stage_config import StageConfig, binding_name, split_list
 from aijobs_cli.local_stack import local_environment
 
 

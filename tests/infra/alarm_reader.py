@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.stage_config import (
+from aijobs_cdk.stage_config import (
     CRON_DEAD_LETTER_QUEUE,
     DLQ_SUFFIX,
     PARKING_QUEUE,

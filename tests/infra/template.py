@@ -10,9 +10,9 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk.assertions import Template
 
-from aijobs.stage_config import StageConfig
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stacks.aijobs_stack import AijobsStack
+from aijobs_cdk.stage_config import StageConfig
 
 
 @dataclass

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from aijobs.observability import KIND_DIMENSION, METRIC_DEAD_LETTERED, METRICS_NAMESPACE, service_name
-from aijobs.stage_config import ConfigError, queue_resource_name, resource_prefix
 from aijobs_cdk.app_factory import build_app
 from aijobs_cdk.constructs.alerts import (
     API_5XX_MIN_REQUESTS,
@@ -22,6 +21,7 @@ from aijobs_cdk.constructs.alerts import (
 )
 from aijobs_cdk.constructs.dead_letters import DLQ_CONSUMER_RECEIVES, PARKING_SUFFIX
 from aijobs_cdk.constructs.job_queue import MAX_RETENTION
+from aijobs_cdk.stage_config import ConfigError, queue_resource_name, resource_prefix
 from tests.infra.alarm_reader import (
     alarms,
     assert_encrypted_and_tls_only,

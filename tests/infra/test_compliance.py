@@ -13,9 +13,9 @@ import aws_cdk as cdk
 import pytest
 from cfnlint.api import lint_all
 
-from aijobs.stage_config import ConfigError
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.app_factory import build_app
+from aijobs_cdk.stage_config import ConfigError
 from tests.infra.template import Synth
 
 pytestmark = pytest.mark.infra

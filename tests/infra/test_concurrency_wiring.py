@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aijobs.stage_config import EVENT_SOURCE_MAPPINGS
+from aijobs_cdk.stage_config import EVENT_SOURCE_MAPPINGS
 from tests.infra.template import Synth, role_statements
 from tests.infra.test_table_grants import stage  # noqa: F401  (the `.env.dev` stage on moto)
 from tests.integration.harness import Stage

@@ -19,8 +19,8 @@ from aijobs.observability import (
     SERVICE_DIMENSION,
     service_name,
 )
-from aijobs.stage_config import queue_resource_name, resource_prefix
 from aijobs_cdk.constructs.dead_letters import PARKING_SUFFIX
+from aijobs_cdk.stage_config import queue_resource_name, resource_prefix
 from tests.infra.alarm_reader import function_names, queue_id
 from tests.infra.template import Synth
 

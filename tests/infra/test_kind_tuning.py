@@ -11,7 +11,7 @@ import pytest
 
 from aijobs.bindings import KindLimits, parse_limits
 from aijobs.settings import DlqSettings
-from aijobs.stage_config import EVENT_SOURCE_MAPPINGS, LEASE_MARGIN_SECONDS, RECEIVE_HEADROOM
+from aijobs_cdk.stage_config import EVENT_SOURCE_MAPPINGS, LEASE_MARGIN_SECONDS, RECEIVE_HEADROOM
 from tests.infra.conftest import _synth
 from tests.infra.template import Synth, role_statements, symbolic_environment, target_id
 from tests.probe_kinds import Tuning, declared, text_kind

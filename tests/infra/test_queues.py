@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from aijobs.stage_config import RECEIVE_HEADROOM, queue_resource_name
 from aijobs_cdk.constructs.dead_letters import DLQ_HANDLER
 from aijobs_cdk.constructs.job_queue import CONSUMER_HANDLER
 from aijobs_cdk.constructs.webhooks import WEBHOOK_HANDLER
+from aijobs_cdk.stage_config import RECEIVE_HEADROOM, queue_resource_name
 from aijobs_cli.local_stack import CONSUMER, DLQ_CONSUMER, WEBHOOK_CONSUMER, MappingPlan, mapping_plans
 from tests.infra.template import Synth, target_id
 
@@ -114,8 +114,8 @@ def test_a_dead_letter_queue_that_would_not_outlive_its_source_is_refused_at_syn
     import aws_cdk as cdk
     from aws_cdk import aws_sqs as sqs
 
-    from aijobs.stage_config import ConfigError
     from aijobs_cdk.constructs.naming import stage_queue
+    from aijobs_cdk.stage_config import ConfigError
     from tests.unit.test_stage_config import _parse
 
     config = _parse()

@@ -22,9 +22,9 @@ from aijobs.settings import (
     FunctionSettings,
     WebhookSettings,
 )
-from aijobs.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, queue_resource_name
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
+from aijobs_cdk.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, queue_resource_name
 from aijobs_cli import sam_env
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.local_stack import LocalStack

@@ -24,10 +24,10 @@ from moto import mock_aws
 
 from aijobs import aws, runtime
 from aijobs.domain import JobStatus
-from aijobs.stage_config import parse_stage_config
 from aijobs.store.retention import write_retention
 from aijobs.store.spend import SpendRecords
 from aijobs_cdk import REPO_ROOT
+from aijobs_cdk.stage_config import parse_stage_config
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.resources import provision
 from tests.aws_calls import ACCOUNT, PRESIGNED_POST_KEY, Access, CallLog, recording_calls

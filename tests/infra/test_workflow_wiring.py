@@ -23,8 +23,8 @@ from aijobs.settings import (
     FunctionSettings,
     WebhookSettings,
 )
-from aijobs.stage_config import binding_name, queue_resource_name, split_list
 from aijobs_cdk.app_factory import build_app
+from aijobs_cdk.stage_config import binding_name, queue_resource_name, split_list
 from tests.infra.alarm_reader import queue_id
 from tests.infra.template import Synth, cli_context, role_statements, symbolic_environment, target_id
 

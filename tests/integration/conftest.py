@@ -6,7 +6,7 @@ import pytest
 from moto import mock_aws
 
 from aijobs import runtime
-from aijobs.stage_config import parse_stage_config
+from aijobs_cdk.stage_config import parse_stage_config
 from aijobs_cli.resources import provision
 from tests.integration.harness import Clock, Stage
 

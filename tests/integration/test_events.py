@@ -27,19 +27,19 @@ from aijobs import runtime
 from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
 from aijobs.providers.local import encode_png
-from aijobs.stage_config import (
-    DLQ_SUFFIX,
-    WEBHOOK_QUEUE,
-    StageConfig,
-    queue_name_from_resource,
-    queue_resource_name,
-)
 from aijobs.store.retention import write_retention
 from aijobs.webhooks.secrets import WebhookSecrets
 from aijobs.webhooks.transport import Poster
 from aijobs.webhooks.urls import UrlPolicy
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
+from aijobs_cdk.stage_config import (
+    DLQ_SUFFIX,
+    WEBHOOK_QUEUE,
+    StageConfig,
+    queue_name_from_resource,
+    queue_resource_name,
+)
 from aijobs_cli.esm import LambdaContext
 from aijobs_cli.local_stack import LocalControl
 from aijobs_cli.resources import provision

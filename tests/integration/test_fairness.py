@@ -180,7 +180,7 @@ def test_no_cap_costs_no_count_query(stage_values: dict[str, str]) -> None:
     from moto import mock_aws
 
     from aijobs import runtime
-    from aijobs.stage_config import parse_stage_config
+    from aijobs_cdk.stage_config import parse_stage_config
     from aijobs_cli.resources import provision
     from tests.aws_calls import recording_calls
     from tests.integration.harness import Clock

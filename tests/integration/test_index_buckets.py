@@ -14,9 +14,9 @@ from moto import mock_aws
 
 from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
-from aijobs.stage_config import ConfigError, parse_stage_config
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import SHARD_INDEXES, IndexBuckets, kind_status_pk
+from aijobs_cdk.stage_config import ConfigError, parse_stage_config
 from aijobs_cli.resources import _create_table
 from tests.integration.harness import Clock
 

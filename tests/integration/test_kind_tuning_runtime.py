@@ -16,7 +16,7 @@ from aijobs.domain import JobStatus
 from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
-from aijobs.stage_config import LEASE_MARGIN_SECONDS, RECEIVE_HEADROOM, parse_stage_config
+from aijobs_cdk.stage_config import LEASE_MARGIN_SECONDS, RECEIVE_HEADROOM, parse_stage_config
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.resources import provision
 from tests.integration.harness import Clock, Stage

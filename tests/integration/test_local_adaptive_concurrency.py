@@ -17,8 +17,8 @@ from aijobs import runtime
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import CronSettings
-from aijobs.stage_config import event_source_mappings_env
 from aijobs.store.flow import FlowRecords
+from aijobs_cdk.stage_config import event_source_mappings_env
 from aijobs_cli.local_stack import LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target

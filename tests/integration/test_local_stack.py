@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from aijobs import runtime
 from aijobs.bindings import queue_name_of
 from aijobs.settings import ConsumerSettings
-from aijobs.stage_config import DLQ_SUFFIX
 from aijobs.store.jobs import JobStore
+from aijobs_cdk.stage_config import DLQ_SUFFIX
 from aijobs_cli.local_stack import DEMO_USER, LocalStack, mapping_plans
 from aijobs_cli.main import app
 from aijobs_cli.target import Target

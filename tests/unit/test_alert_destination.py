@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from dotenv import dotenv_values
 
-from aijobs.stage_config import ConfigError, StageConfig, check_alert_destination, parse_stage_config
+from aijobs_cdk.stage_config import ConfigError, StageConfig, check_alert_destination, parse_stage_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "arn:aws:sns:eu-west-1:123456789012:team-pager"

@@ -17,7 +17,7 @@ from aijobs.bounds import (
     BoundError,
     stored,
 )
-from aijobs.stage_config import INT_KEYS, ConfigError, parse_stage_config
+from aijobs_cdk.stage_config import INT_KEYS, ConfigError, parse_stage_config
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from aijobs.stage_config import parse_stage_config
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
+from aijobs_cdk.stage_config import parse_stage_config
 from aijobs_cli.sizing.call_profile import (
     CRON_DISPATCHER,
     Call,

@@ -44,7 +44,7 @@ LAZY = {
     "queue_consumer": ("aijobs.workflows.runner", "aijobs.workflows.base"),
 }
 # Never at any function's init: the stage config's parser (synth time), the local stack's provider.
-NEVER = ("aijobs.stage_config", "aijobs.providers.local")
+NEVER = ("aijobs_cdk.stage_config", "aijobs.providers.local")
 
 
 def _fresh(code: str) -> str:

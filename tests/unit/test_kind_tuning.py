@@ -10,7 +10,7 @@ import pytest
 
 from aijobs.bindings import KindLimits, limits_setting, parse_limits
 from aijobs.scheduled.context import CronContext
-from aijobs.stage_config import (
+from aijobs_cdk.stage_config import (
     ESM_MAX_CONCURRENCY_MAX,
     LEASE_MARGIN_SECONDS,
     RECEIVE_HEADROOM,

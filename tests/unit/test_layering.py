@@ -44,9 +44,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     # The composition root: builds every function's collaborators.
     ("composition", ("aijobs.runtime",)),
-    # Build time only (cdk synth, the local stack): leaves the layer with the stage config's move.
-    ("build", ("aijobs.stage_config",)),
 )  # fmt: skip
+# Build-time and tooling packages: the Lambda layer does not ship them, so no layer module may
+# import them (the stage config's parser and the provider plan's derivation live in aijobs_cdk).
+NOT_SHIPPED = ("aijobs_cdk", "aijobs_cli", "tests", "scripts")
 # Settings read the environment: ground modules, the table's key layout (index buckets), themselves.
 SETTINGS_MAY_IMPORT = ("ground", "aijobs.store.keys", "aijobs.settings.*")
 # Two functions' own packages that never import each other.
@@ -54,10 +55,6 @@ APART = (("aijobs.api.*", "aijobs.consumer.*"),)
 # Known upward imports, each with the reason it is still allowed.
 ALLOWED: dict[tuple[str, str], str] = {
     ("aijobs.store.jobs", "aijobs.credits"): "moved to store/ by the store split",
-    # parse_provider_plan reads the kinds' declarations: build-time code (cdk synth, the local
-    # stack's sam env) that should leave the layer with the stage config's parser.
-    ("aijobs.provider_plan", "aijobs.kinds.base"): "the build-time plan parser (see above)",
-    ("aijobs.provider_plan", "aijobs.kinds.registry"): "the build-time plan parser (see above)",
 }
 
 
@@ -131,6 +128,32 @@ def _violations() -> list[str]:
 def test_imports_only_point_down() -> None:
     problems = _violations()
     assert not problems, "imports that point up:\n" + "\n".join(problems)
+
+
+def _shipped_imports_of_tooling(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        found += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in NOT_SHIPPED]
+    return found
+
+
+def test_the_layer_imports_no_build_time_or_tooling_package() -> None:
+    problems = [line for path in _modules().values() for line in _shipped_imports_of_tooling(path)]
+    assert problems == []
+
+
+def test_the_tooling_check_sees_a_build_time_import(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "def f():\n    from aijobs_cdk.stage_config import parse_stage_config\nimport aijobs.domain\n"
+    )
+    assert _shipped_imports_of_tooling(source) == ["probe.py:2 imports aijobs_cdk.stage_config"]
 
 
 def test_the_allowed_upward_imports_still_exist() -> None:

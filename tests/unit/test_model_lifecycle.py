@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from aijobs.provider_plan import KindPlan, parse_provider_plan
+from aijobs.provider_plan import KindPlan
 from aijobs.providers.lifecycle import (
     ACTIVE,
     END_OF_LIFE,
@@ -20,6 +20,7 @@ from aijobs.providers.lifecycle import (
     check_model,
     check_models,
 )
+from aijobs_cdk.provider_plans import parse_provider_plan
 
 # AWS's answer once a model's life has ended (GetFoundationModel too).
 END_OF_LIFE_ANSWER = (

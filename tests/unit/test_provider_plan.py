@@ -12,11 +12,11 @@ from aijobs.provider_plan import (
     ProviderPlanError,
     base_model_id,
     is_inference_profile,
-    parse_provider_plan,
     plans_from_setting,
     plans_setting,
 )
-from aijobs.stage_config import ConfigError, StageConfig, parse_stage_config
+from aijobs_cdk.provider_plans import parse_provider_plan
+from aijobs_cdk.stage_config import ConfigError, StageConfig, parse_stage_config
 
 QUEUED = queued()
 KINDS = ";".join(QUEUED)

@@ -13,7 +13,7 @@ import pytest
 
 from aijobs.cron import parse_cron
 from aijobs.scheduled import registry
-from aijobs.stage_config import parse_stage_config
+from aijobs_cdk.stage_config import parse_stage_config
 from aijobs_cli import sample_events
 from aijobs_cli.sample_events import (
     consumer_event,

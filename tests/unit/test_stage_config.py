@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from dotenv import dotenv_values
 
-from aijobs import stage_config
 from aijobs.cron import CronError
-from aijobs.stage_config import (
+from aijobs_cdk import stage_config
+from aijobs_cdk.stage_config import (
     DLQ_SUFFIX,
     ESM_MAX_CONCURRENCY_MAX,
     ESM_MAX_CONCURRENCY_MIN,

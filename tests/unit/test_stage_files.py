@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from aijobs.kinds.registry import queued
-from aijobs.stage_config import ConfigError
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
+from aijobs_cdk.stage_config import ConfigError
 
 QUEUED = queued()
 

@@ -252,7 +252,7 @@ def test_back_off_doubles_with_jitter_up_to_its_cap_and_honours_retry_after() ->
 
 
 def test_only_the_local_stage_may_let_webhooks_reach_loopback() -> None:
-    from aijobs.stage_config import ConfigError, parse_stage_config
+    from aijobs_cdk.stage_config import ConfigError, parse_stage_config
 
     assert parse_stage_config("local", {"WEBHOOK_ALLOW_LOOPBACK": "1"}).webhook_allow_loopback
     assert not parse_stage_config("dev", {"WEBHOOK_ALLOW_LOOPBACK": ""}).webhook_allow_loopback

@@ -11,16 +11,17 @@ from dotenv import dotenv_values
 
 from aijobs.bindings import KIND_LIMITS, binding_name, parse_limits
 from aijobs.kinds.registry import require
-from aijobs.provider_plan import KindPlan, ProviderPlanError, parse_provider_plan, plans_from_setting
+from aijobs.provider_plan import KindPlan, ProviderPlanError, plans_from_setting
 from aijobs.settings import ConsumerSettings, DlqSettings
-from aijobs.stage_config import (
+from aijobs.workflows.registry import workflow_children
+from aijobs_cdk.provider_plans import parse_provider_plan
+from aijobs_cdk.stage_config import (
     ConfigError,
     StageConfig,
     dead_letter_queues_env,
     parse_stage_config,
     split_list,
 )
-from aijobs.workflows.registry import workflow_children
 from aijobs_cli.resources import StageResources
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

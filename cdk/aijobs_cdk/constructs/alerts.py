@@ -24,8 +24,8 @@ from aijobs.observability import (
     SERVICE_DIMENSION,
     service_name,
 )
-from aijobs.stage_config import StageConfig, check_alert_destination, resource_prefix
 from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import StageConfig, check_alert_destination, resource_prefix
 
 PERIOD = Duration.minutes(5)
 # A queued job older than this means consumers are paused, failing or far behind.

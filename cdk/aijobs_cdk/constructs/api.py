@@ -10,9 +10,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from aijobs.stage_config import StageConfig
 from aijobs_cdk.constructs.lambda_defaults import log_retention
 from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import StageConfig
 
 # One JSON line per request in the access log: enough to trace a request to the function's logs.
 ACCESS_LOG_FORMAT = (

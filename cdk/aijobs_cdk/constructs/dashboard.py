@@ -44,8 +44,8 @@ from aijobs.observability import (
     SERVICE_DIMENSION,
     service_name,
 )
-from aijobs.stage_config import StageConfig, resource_prefix
 from aijobs_cdk.constructs.job_queue import JobQueue
+from aijobs_cdk.stage_config import StageConfig, resource_prefix
 
 PERIOD = Duration.minutes(5)
 WIDTH = 8  # three graphs per row (the dashboard grid is 24 wide)

@@ -9,11 +9,11 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import PARKING_QUEUE, StageConfig, resource_prefix
 from aijobs_cdk.constructs.job_queue import DLQ_CONSUMER_TIMEOUT, MAX_RETENTION, JobQueue
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import PARKING_QUEUE, StageConfig, resource_prefix
 
 DLQ_HANDLER = "dlq_consumer.handler.handler"
 PARKING_SUFFIX = "-" + PARKING_QUEUE

@@ -9,10 +9,10 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import DLQ_SUFFIX, SQS_RETENTION_MAX_DAYS, StageConfig, queue_resource_name
 from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
 from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import DLQ_SUFFIX, SQS_RETENTION_MAX_DAYS, StageConfig, queue_resource_name
 
 # The ends of the redrive chains (the parking queue, the webhook DLQ) keep what SQS allows at most.
 # A job queue keeps QUEUE_RETENTION_DAYS, its DLQ DLQ_RETENTION_DAYS, the parking queue this: each

@@ -13,7 +13,6 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from aijobs.observability import METRICS_NAMESPACE, service_name
-from aijobs.stage_config import StageConfig
 from aijobs_cdk import (
     CODE_LAYER_DIR,
     DEPS_REQUIREMENTS,
@@ -26,6 +25,7 @@ from aijobs_cdk import (
 )
 from aijobs_cdk.deps_layer import DepsLayerBuildError
 from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import StageConfig
 
 RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, "PYTHON_" + LAMBDA_PYTHON_VERSION.replace(".", "_"))
 _ARCHITECTURES = {"arm64": lambda_.Architecture.ARM_64, "x86_64": lambda_.Architecture.X86_64}

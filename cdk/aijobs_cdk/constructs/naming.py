@@ -18,7 +18,7 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import ConfigError, StageConfig
+from aijobs_cdk.stage_config import ConfigError, StageConfig
 
 
 def stage_queue(

@@ -24,9 +24,9 @@ from constructs import Construct
 
 # Payload keys the dispatcher reads: `cron` is the exact CRONS entry (the SCHEDULED_HANDLERS key).
 from aijobs.scheduled.dispatcher import PAYLOAD_CRON, PAYLOAD_EXECUTION_ID, PAYLOAD_SCHEDULED_TIME
-from aijobs.stage_config import CRON_DEAD_LETTER_QUEUE, StageConfig, resource_prefix
 from aijobs_cdk.constructs.naming import stage_queue
 from aijobs_cdk.nag import acknowledge, logical_id
+from aijobs_cdk.stage_config import CRON_DEAD_LETTER_QUEUE, StageConfig, resource_prefix
 
 # Scheduler -> Lambda delivery: a few tries within minutes; a firing older than the shortest cron
 # interval is not worth delivering late (the next firing does the same work).

@@ -8,8 +8,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from aijobs.stage_config import StageConfig
 from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import StageConfig
 
 INPUTS_PREFIX = "inputs/"
 RESULTS_PREFIX = "results/"

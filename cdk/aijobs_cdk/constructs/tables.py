@@ -7,7 +7,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from aijobs.stage_config import StageConfig
 from aijobs.store.keys import (
     CRON_RUN_PREFIX,
     DEAD_LETTER_PREFIX,
@@ -22,6 +21,7 @@ from aijobs.store.keys import (
 )
 from aijobs.store.spend import SPEND_PREFIX
 from aijobs_cdk.constructs.naming import stateful_removal
+from aijobs_cdk.stage_config import StageConfig
 
 # Key and index names are the runtime's (aijobs.store.keys); TABLES.md documents them.
 

@@ -8,17 +8,17 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from aijobs.stage_config import (
+from aijobs_cdk.constructs.job_queue import MAX_RETENTION
+from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
+from aijobs_cdk.constructs.naming import stage_queue
+from aijobs_cdk.nag import acknowledge
+from aijobs_cdk.stage_config import (
     DLQ_SUFFIX,
     WEBHOOK_BATCH_SIZE,
     WEBHOOK_QUEUE,
     StageConfig,
     queue_resource_name,
 )
-from aijobs_cdk.constructs.job_queue import MAX_RETENTION
-from aijobs_cdk.constructs.lambda_defaults import LambdaDefaults
-from aijobs_cdk.constructs.naming import stage_queue
-from aijobs_cdk.nag import acknowledge
 
 WEBHOOK_HANDLER = "webhook_consumer.handler.handler"
 

@@ -11,7 +11,6 @@ from aws_cdk.aws_apigatewayv2_authorizers import HttpJwtAuthorizer
 from constructs import Construct
 
 from aijobs.provider_plan import CLASSIFY
-from aijobs.stage_config import StageConfig, dead_letter_queues_env, event_source_mappings_env
 from aijobs_cdk.constructs.alerts import Alerts
 from aijobs_cdk.constructs.api import Api
 from aijobs_cdk.constructs.dashboard import Dashboard
@@ -31,6 +30,7 @@ from aijobs_cdk.constructs.storage import (
 from aijobs_cdk.constructs.tables import Tables
 from aijobs_cdk.constructs.webhooks import Webhooks
 from aijobs_cdk.nag import acknowledge_grant_wildcards
+from aijobs_cdk.stage_config import StageConfig, dead_letter_queues_env, event_source_mappings_env
 
 API_HANDLER = "api.handler.handler"
 API_TIMEOUT_SECONDS = 25

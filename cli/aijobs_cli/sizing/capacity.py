@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aijobs.stage_config import StageConfig
+from aijobs_cdk.stage_config import StageConfig
 from aijobs_cli.sizing.call_profile import Call, CallProfile, default_profile
 from aijobs_cli.sizing.capacity_limits import (
     APIGW_ACCOUNT_RPS,

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aijobs.cron import parse_cron
 from aijobs.pricing import ModelPriceTable, default_table
-from aijobs.stage_config import StageConfig
+from aijobs_cdk.stage_config import StageConfig
 from aijobs_cli.sizing.call_profile import REGENERATE, CallProfile, default_profile
 from aijobs_cli.sizing.cost_lines import (
     LONG_POLL_SECONDS,

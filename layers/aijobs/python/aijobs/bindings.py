@@ -1,5 +1,5 @@
 """What a function reads of the stage configuration from its environment: the list format, the
-queue binding names and the `kind=value` maps the stack writes (aijobs.stage_config derives them).
+queue binding names and the `kind=value` maps the stack writes (aijobs_cdk.stage_config derives them).
 
 Kept apart from the stage config's parser, which only `cdk synth` and the local stack run, so a
 function's cold start does not import it.

@@ -6,7 +6,7 @@ CLI checks its options against it, the writers (aijobs.store, aijobs.credits) re
 outside it themselves, so a direct call refuses too, and the readers treat a stored value outside
 it as invalid. What a reader does then is its own decision: the */10 run fails loudly (as for a
 missing retention); a user's request or job goes on with the documented fallback and an error log.
-The keys of `.env.<stage>` have their bounds in aijobs.stage_config (the running cap and the spend
+The keys of `.env.<stage>` have their bounds in aijobs_cdk.stage_config (the running cap and the spend
 cap there take theirs from here).
 """
 

@@ -32,10 +32,10 @@ from aijobs.provider_plan import (
     CLASSIFY,
     KindPlan,
     ProviderPlanError,
-    parse_provider_plan,
     plans_setting,
 )
 from aijobs.provider_plan import PROVIDERS as PROVIDER_NAMES
+from aijobs_cdk.provider_plans import parse_provider_plan
 
 APP_NAME = "aijobs"
 SQS_QUEUE_NAME_MAX = 80
