@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from aijobs import runtime
-from aijobs.credits import CreditLedger
 from aijobs.domain import JobStatus
 from aijobs.errors import TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
+from aijobs.store.credits import CreditLedger
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 

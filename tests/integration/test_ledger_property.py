@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from aijobs.credits import TX_TYPES
 from aijobs.domain import Job, JobStatus
 from aijobs.errors import PaymentRequiredError, TransitionConflict
 from aijobs.ids import new_job_id
+from aijobs.store.credits import TX_TYPES
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import SHARD_INDEXES, IndexBuckets, child_job_id
 from aijobs_cli.resources import _create_table

@@ -29,10 +29,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stores", ("aijobs.store.*",)),
     # One typed settings model per function (see SETTINGS_MAY_IMPORT).
     ("settings", ("aijobs.settings.*",)),
-    # What a job step calls: the provider port and adapters, the kinds, the spend brake, credits,
+    # What a job step calls: the provider port and adapters, the kinds, the spend brake,
     # webhook rows and delivery.
     ("services", (
-        "aijobs.providers.*", "aijobs.kinds.*", "aijobs.spend", "aijobs.credits", "aijobs.webhooks.*",
+        "aijobs.providers.*", "aijobs.kinds.*", "aijobs.spend", "aijobs.webhooks.*",
     )),
     # Split -> child jobs -> merge.
     ("workflows", ("aijobs.workflows.*",)),
@@ -53,9 +53,7 @@ SETTINGS_MAY_IMPORT = ("ground", "aijobs.store.keys", "aijobs.settings.*")
 # Two functions' own packages that never import each other.
 APART = (("aijobs.api.*", "aijobs.consumer.*"),)
 # Known upward imports, each with the reason it is still allowed.
-ALLOWED: dict[tuple[str, str], str] = {
-    ("aijobs.store.jobs", "aijobs.credits"): "moved to store/ by the store split",
-}
+ALLOWED: dict[tuple[str, str], str] = {}  # none today: keep it that way
 
 
 def _matches(module: str, pattern: str) -> bool:

@@ -2,7 +2,7 @@
 of what operators set").
 
 One table for the retention, a tenant's running cap, the daily spend caps and credit grants: the
-CLI checks its options against it, the writers (aijobs.store, aijobs.credits) refuse a value
+CLI checks its options against it, the writers (aijobs.store, aijobs.store.credits) refuse a value
 outside it themselves, so a direct call refuses too, and the readers treat a stored value outside
 it as invalid. What a reader does then is its own decision: the */10 run fails loudly (as for a
 missing retention); a user's request or job goes on with the documented fallback and an error log.

@@ -16,11 +16,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from aijobs.credits import CreditLedger
 from aijobs.domain import JobStatus
 from aijobs.observability import METRIC_CREDITS_EXPIRED, emit, logger
 from aijobs.provider_plan import CLASSIFY
 from aijobs.scheduled.context import CronContext, CronRun
+from aijobs.store.credits import CreditLedger
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import iso
 from aijobs.store.retention import Retention, read_retention

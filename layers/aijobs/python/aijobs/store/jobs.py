@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
-from aijobs.credits import CreditLedger
 from aijobs.domain import Job, JobStatus, utcnow
 from aijobs.errors import MalformedRequestError, TransitionConflict
+from aijobs.store.credits import CreditLedger
 from aijobs.store.keys import (
     PK,
     SK,
