@@ -2,8 +2,11 @@
 
 Each one keeps what moto answers, and how its state changes, exactly as moto does it (for the
 inputs it accepts; anything else goes to moto's own code unchanged); only the work is less.
-`apply()` installs them all, once per process. Checked against moto 5.2.5
-(tests/unit/test_moto_speedups.py runs every patched path against moto's own).
+`apply()` installs them all, once per process. Written against moto MOTO_VERSION (5.2.5, pinned
+in requirements/dev.in): with any other moto installed, `apply()` warns and installs none of them,
+since each one replaces a moto internal that may have changed (tests/unit/test_moto_speedups.py
+runs every patched path against moto's own). Upgrading moto: re-read each patch against the new
+release's code, then move the pin and MOTO_VERSION together.
 
 1. TransactWriteItems rollback (moto.dynamodb.models.DynamoDBBackend.transact_write_items).
    moto deep-copies every table a transaction names (as many times as the transaction has items
@@ -86,6 +89,14 @@ inputs it accepts; anything else goes to moto's own code unchanged); only the wo
    the actions take turns, which costs nothing the interpreter lock did not already serialize.
    moto's transaction support lists "an ongoing operation is updating the same item" as not
    emulated (getmoto/moto#2879). Remove when moto serializes its DynamoDB backend.
+
+8. SQS pending message groups (moto.sqs.models.Queue.pending_message_groups).
+   Not a speed-up: a race. The property builds a set from the queue's in-flight messages by
+   iterating the live set, while the server's other threads receive and delete messages of the
+   same queue: under load ReceiveMessage failed with "RuntimeError: Set changed size during
+   iteration" (seen in the 10,000-job soak), a 500 to the poller. The patch iterates a snapshot
+   (tuple() copies the set in one step the interpreter lock does not interrupt). The same groups
+   as moto's. Remove when moto locks its SQS queues.
 """
 
 from __future__ import annotations
@@ -97,11 +108,15 @@ import importlib
 import json
 import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from functools import wraps
+from importlib import metadata
 from typing import Any
 
+#: The moto release these patches were written against (requirements/dev.in pins it).
+MOTO_VERSION = "5.2.5"
 _local = threading.local()
 _applied = False
 # moto's own functions, as they were before apply() (tests run both and compare).
@@ -820,10 +835,37 @@ def _patch_sqs(sqs_models: Any, field: Callable[[str], str]) -> None:
     sqs_models.SQSBackend.get_queue_attributes = get_queue_attributes
 
 
+def _pending_groups(queue: Any) -> set[str]:
+    return {message.group_id for message in tuple(queue._pending_messages) if message.group_id is not None}
+
+
+def _patch_pending_groups(sqs_models: Any) -> None:
+    sqs_models.Queue.pending_message_groups = property(_pending_groups)
+
+
+def moto_matches() -> bool:
+    """True when the installed moto is the release the patches were written for; else warns."""
+    installed = metadata.version("moto")
+    if installed == MOTO_VERSION:
+        return True
+    warnings.warn(
+        f"aijobs: moto {installed} is installed, but the moto patches (aijobs_cli.moto_speedups) were "
+        f"written for {MOTO_VERSION}: none is applied, so the local stack and the tests run on moto's "
+        "own code (slower on big tables and queues, no fair queues, no DynamoDB isolation). Install "
+        f"moto=={MOTO_VERSION} (requirements/dev.txt), or re-check the patches and move the pin.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
+
+
 def apply() -> None:
-    """Install the fixes (idempotent)."""
+    """Install the fixes (idempotent); none when the installed moto is not MOTO_VERSION."""
     global _applied, _table_class, _node_class, _VALUE_FREE_CHECKS
     if _applied:
+        return
+    _applied = True  # checked once per process, whether or not they apply
+    if not moto_matches():
         return
     from moto import backends
     from moto.core.utils import camelcase_to_underscores
@@ -853,6 +895,7 @@ def apply() -> None:
             "sqs.unix_time_millis": sqs_models.unix_time_millis,
             "Queue.attributes": sqs_models.Queue.__dict__["attributes"],
             "SQSBackend.get_queue_attributes": sqs_models.SQSBackend.get_queue_attributes,
+            "Queue.pending_message_groups": sqs_models.Queue.__dict__["pending_message_groups"],
         }
     )
     _table_class = table.Table
@@ -868,8 +911,8 @@ def apply() -> None:
     _patch_update_expressions(expressions, validators)
     _patch_sqs(sqs_models, camelcase_to_underscores)
     _patch_isolation(DynamoHandler)
+    _patch_pending_groups(sqs_models)
     # Not a speed-up: SQS behaviour moto lacks (fair queues), wanted wherever moto stands in for AWS.
     from aijobs_cli import moto_fair_queues
 
     moto_fair_queues.apply()
-    _applied = True

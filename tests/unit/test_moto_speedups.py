@@ -12,6 +12,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -799,3 +800,57 @@ def test_moto_sqs_clock_reads_the_same_time() -> None:
     moment = datetime(2026, 11, 30, 12, 0, 0)
     assert sqs_models.unix_time(moment) == moto_speedups.ORIGINALS["sqs.unix_time"](moment)  # type: ignore[attr-defined]
     assert sqs_models.unix_time_millis(moment) == moto_millis(moment)  # type: ignore[attr-defined]
+
+
+class _Crowded:
+    """An in-flight message whose group is read while another thread receives one more: reading
+    `group_id` adds a message to the set being iterated, as the server's other threads do."""
+
+    def __init__(self, pending: set[Any], group: str) -> None:
+        self._pending, self._group = pending, group
+
+    @property
+    def group_id(self) -> str:
+        if len(self._pending) < 50:
+            self._pending.add(_Crowded(self._pending, f"g{len(self._pending)}"))
+        return self._group
+
+
+def test_pending_message_groups_survive_a_receive_on_another_thread() -> None:
+    moto_speedups.apply()
+    from moto.sqs import models as sqs_models
+
+    class Queue:
+        def __init__(self) -> None:
+            self._pending_messages: set[Any] = set()
+            self._pending_messages.add(_Crowded(self._pending_messages, "first"))
+
+    moto_property = moto_speedups.ORIGINALS["Queue.pending_message_groups"]
+    with pytest.raises(RuntimeError, match="Set changed size during iteration"):
+        moto_property.fget(Queue())
+    assert sqs_models.Queue.pending_message_groups.fget(Queue()) == {"first"}  # type: ignore[attr-defined]
+    # The groups moto finds when nothing moves underneath.
+    steady = Queue()
+    steady._pending_messages = {type("M", (), {"group_id": g})() for g in ("a", "b", None)}
+    assert sqs_models.Queue.pending_message_groups.fget(steady) == moto_property.fget(steady) == {"a", "b"}  # type: ignore[attr-defined]
+
+
+def test_the_patches_apply_only_to_the_moto_release_they_were_written_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib import metadata
+
+    assert metadata.version("moto") == moto_speedups.MOTO_VERSION  # the pin and the constant agree
+    pinned = (Path(__file__).resolve().parents[2] / "requirements/dev.in").read_text()
+    assert f"moto[server]=={moto_speedups.MOTO_VERSION}" in pinned
+    monkeypatch.setattr(moto_speedups, "_applied", False)
+    monkeypatch.setattr(metadata, "version", lambda _name: "9.9.9")
+
+    def patched(*_args: Any) -> None:
+        raise AssertionError("a patch was installed on a moto release it was not written for")
+
+    monkeypatch.setattr(moto_speedups, "_patch_transactions", patched)
+    monkeypatch.setattr(moto_speedups, "_patch_pending_groups", patched)
+    with pytest.warns(RuntimeWarning, match="moto 9.9.9 is installed"):
+        moto_speedups.apply()
+    moto_speedups.apply()  # once per process: no second warning, nothing installed
