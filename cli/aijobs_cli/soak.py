@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -196,6 +196,8 @@ class SoakJob:
     charge_waived: bool = False
     # How often the soak's batch re-runs took it, and its outcome when it was last re-run.
     reruns: int = 0
+    # Seconds from its row's creation to its first attempt's start, for a job tried once.
+    first_wait: float | None = None
     # A workflow parent's children, as their rows ended.
     children: list[ChildState] = field(default_factory=list)
 
@@ -237,6 +239,9 @@ class RowState:
     usage_recorded: bool = False
     price: int | None = None
     charge_waived: bool = False
+    #: Seconds from the row's creation to its attempt's start, when it was tried once (its wait in
+    #: the queue: the backlog a message met), else None.
+    first_wait: float | None = None
 
 
 @dataclass(frozen=True)
@@ -398,6 +403,7 @@ class SoakTarget(Protocol):
     def send_dead_letter(self, job: SoakJob) -> bool: ...
     def spend_counted(self, since: datetime) -> float | None: ...
     def messages_left(self) -> int | None: ...
+    def stuck_after_seconds(self) -> int | None: ...
     def metrics(self, start: datetime, end: datetime) -> dict[str, float] | None: ...
 
 
@@ -429,6 +435,11 @@ class _StageAccess:
                     usage_recorded=bool(row.usage),
                     price=row.price,
                     charge_waived=row.charge_waived,
+                    first_wait=(
+                        (row.started_at - row.created_at).total_seconds()
+                        if row.attempts == 1 and row.started_at is not None
+                        else None
+                    ),
                 )
         return states
 
@@ -582,8 +593,10 @@ class LocalSoakTarget:
 
     def make_users(self, count: int, needs: dict[int, int], rng: random.Random) -> list[SoakUser]:
         users = []
-        now = datetime.now(UTC)
         for index in range(count):
+            # Read per user: making twenty users on a busy machine took longer than a short grant
+            # lives (5 s at least), and a grant that expired before it was made is refused.
+            now = datetime.now(UTC)
             # Unique per run: the seed fixes the mix, not the ids (moto's state outlives a stack
             # started in the same process, and idempotency keys would return the old jobs).
             user_id = f"soak-{uuid.uuid4().hex[:8]}-{index:03d}"
@@ -635,6 +648,9 @@ class LocalSoakTarget:
 
     def messages_left(self) -> int | None:
         return self.access.messages_left()
+
+    def stuck_after_seconds(self) -> int | None:
+        return self.config.stuck_queued_seconds
 
     def spend_counted(self, since: datetime) -> float | None:
         return self.access.spend_counted(since, self.config.spend_time_zone)
@@ -740,6 +756,9 @@ class DeployedSoakTarget:
     def messages_left(self) -> int | None:
         # A deployed stage has other traffic; its queues never need to be empty for the soak.
         return None
+
+    def stuck_after_seconds(self) -> int | None:
+        return None  # the stage's setting is not read from here
 
     def spend_counted(self, since: datetime) -> float | None:
         return None  # other traffic counts too, and provider costs are not observed
@@ -1296,6 +1315,7 @@ def run_soak(
             job.cost, job.last_error_class = row.cost, row.last_error_class
             job.usage_recorded, job.reserved = row.usage_recorded, row.price
             job.charge_waived = row.charge_waived
+            job.first_wait = row.first_wait
             if job.kind == WORKFLOW_KIND:
                 job.children = target.children(job) or []
     invariants: dict[str, int | None] = dict.fromkeys(INVARIANTS, 0)
@@ -1381,6 +1401,9 @@ def run_soak(
         "copies_on_dead_letter_queues_after_rerun": injected["dead_letter_queue_after_rerun"],
         "capped_tenant_jobs": sum(1 for job in accepted if job.user_id in capped),
         "sweeper_resends": len(resent_by_sweeper),
+        # The longest a job tried once waited in its queue: past STUCK_QUEUED_SECONDS, the sweeper
+        # cannot tell a waiting row from a lost one and re-sends it (see the report's notes).
+        "longest_queue_wait_seconds": _longest_wait(accepted),
         "workflow_children": sum(len(job.children) for job in accepted),
         "workflow_children_succeeded": sum(
             1 for job in accepted for child in job.children if child.status == SUCCEEDED
@@ -1427,7 +1450,7 @@ def run_soak(
         figures=figures,
         outcomes={name: dict(counts) for name, counts in outcomes.items()},
         examples={name: lines for name, lines in examples.items() if lines},
-        notes=list(target.notes),
+        notes=[*target.notes, *_backlog_note(target, figures["longest_queue_wait_seconds"])],
     )
     if load is not None:
         report.load = _load_report(
@@ -1435,6 +1458,25 @@ def run_soak(
             window_start, capacity_inputs, len(people), report.jobs_per_second,
         )  # fmt: skip
     return report
+
+
+def _longest_wait(accepted: Iterable[SoakJob]) -> float | None:
+    waits = [job.first_wait for job in accepted if job.first_wait is not None]
+    return round(max(waits), 1) if waits else None
+
+
+def _backlog_note(target: SoakTarget, longest: float | None) -> list[str]:
+    """Say so when the run built a backlog the sweeper takes for lost messages."""
+    stuck = target.stuck_after_seconds()
+    if longest is None or stuck is None or longest <= stuck:
+        return []
+    return [
+        f"a job waited {longest:.0f} s in its queue, longer than STUCK_QUEUED_SECONDS ({stuck} s): the "
+        "run submitted faster than the stack finished, and the sweeper re-sends any row waiting that "
+        "long (it cannot tell a message in a backlog from a lost one; the copy is dropped on arrival). "
+        "held_rows_resent then counts held rows whose copy waited in that backlog: run at a lower --rate "
+        "to check the hold itself"
+    ]
 
 
 def _load_report(

@@ -12,8 +12,10 @@ from aijobs_cli.soak import (
     ChildState,
     DeadLetterState,
     SoakJob,
+    _backlog_note,
     _charge_due,
     _check_dead_letters,
+    _longest_wait,
 )
 
 FAULT = {fault.name: fault for fault in FAULTS}
@@ -81,3 +83,23 @@ def test_dead_letter_entries_must_say_what_their_rows_say() -> None:
     # A re-run job a late dead-letter copy killed again is dead, though its fault says it recovers.
     killed = _job("outage-rerun", FAILED_FINAL, dead_lettered=True, reruns=1)
     assert _mismatches([killed], {killed.job_id: DeadLetterState("open", listed_open=True)}) == []
+
+
+class _Target:
+    def __init__(self, stuck: int | None) -> None:
+        self.stuck = stuck
+
+    def stuck_after_seconds(self) -> int | None:
+        return self.stuck
+
+
+def test_a_backlog_longer_than_the_sweepers_patience_is_named_in_the_report() -> None:
+    jobs = [_job("plain", SUCCEEDED, first_wait=wait) for wait in (0.4, 12.25, None)]
+    assert _longest_wait(jobs) == 12.2  # rounded; a job tried more than once has no first wait
+    assert _longest_wait([_job("plain", SUCCEEDED)]) is None
+    (note,) = _backlog_note(_Target(5), 12.2)  # type: ignore[arg-type]
+    assert "waited 12 s" in note
+    assert "STUCK_QUEUED_SECONDS (5 s)" in note
+    assert "--rate" in note
+    assert _backlog_note(_Target(900), 12.2) == []  # type: ignore[arg-type]
+    assert _backlog_note(_Target(None), 1e6) == []  # type: ignore[arg-type]  # a deployed stage
