@@ -35,7 +35,7 @@ from typing import Any
 
 from aijobs import runtime
 from aijobs.api.admin import RateLimiter
-from aijobs.api.app import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from aijobs.api.screening import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cli.local_stack import LocalStack

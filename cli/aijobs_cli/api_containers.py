@@ -3,8 +3,9 @@
 One warm Lambda container serves one invocation at a time, and Lambda starts another container when
 a request arrives while every warm one is busy. The API function cannot simply be called from two
 threads of one module: its powertools resolver keeps the current event on the module-level `app`
-(`aijobs.api.app`), and its collaborators are cached per container by `aijobs.runtime`. So each
-local container is a fresh load of those modules (`api.handler`, `aijobs.api.app`, `aijobs.runtime`),
+(`aijobs.api.app`, read by its routers in `aijobs.api.routes`), the routes' services are configured
+on `aijobs.api.wiring`, and its collaborators are cached per container by `aijobs.runtime`. So each
+local container is a fresh load of those modules and of the ones that hold them (CONTAINER_MODULES),
 as a new Lambda container would load them, sharing only what every container shares anyway (the
 library's other modules, boto3's thread-safe clients, the settings read from the environment).
 
@@ -15,6 +16,7 @@ and fewer than `limit` exist, and otherwise waits for one to be free (like reser
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
 import threading
 from collections.abc import Callable
@@ -22,10 +24,19 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import aijobs.api.routes as routes  # the package only: its modules load per container
+
 Handler = Callable[[dict[str, Any], Any], Any]
 
-# What a container loads for itself: the handler module and the per-container state it holds.
-CONTAINER_MODULES = ("api.handler", "aijobs.api.app", "aijobs.runtime")
+# What a container loads for itself: the handler module, the per-container state it holds, and
+# the modules bound to that state (each router is bound to its resolver, `auth` to `wiring`).
+API_ROUTE_MODULES = tuple(
+    f"{routes.__name__}.{module.name}" for module in pkgutil.iter_modules(routes.__path__)
+)
+CONTAINER_MODULES = (
+    "api.handler", "aijobs.api.app", "aijobs.api.wiring", "aijobs.api.auth", *API_ROUTE_MODULES,
+    "aijobs.runtime",
+)  # fmt: skip
 # Imports juggle sys.modules: one container loads at a time.
 _loading = threading.Lock()
 

@@ -7,7 +7,8 @@ from typing import Any
 from aws_lambda_powertools.logging import correlation_paths
 
 from aijobs import runtime
-from aijobs.api.app import configure, configure_admin, resolve
+from aijobs.api.app import resolve
+from aijobs.api.wiring import configure, configure_admin
 from aijobs.observability import lambda_tracing, log_lambda_context
 from aijobs.settings import api as _own_settings  # noqa: F401 - its own model, at init
 

@@ -12,7 +12,7 @@ from tests.integration.test_api import api as api  # the fixture, re-exported
 pytestmark = pytest.mark.integration
 
 KINDS = "summary;embedding;tts-generate"
-# What each operation can answer besides its success (see aijobs.api.app and api.service).
+# What each operation can answer besides its success (see aijobs.api.routes and api.service).
 EXPECTED: dict[tuple[str, str], tuple[str, set[int]]] = {
     ("/jobs", "post"): ("createJob", {202, 400, 401, 402, 409, 413, 415, 422, 429, 500, 503}),
     ("/jobs/{job_id}", "get"): ("getJob", {200, 401, 404, 422, 500}),

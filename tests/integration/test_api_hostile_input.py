@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from aijobs.api.app import (
+from aijobs.api.app import app
+from aijobs.api.screening import (
     MAX_BODY_BYTES,
     MAX_JSON_DEPTH,
     MAX_JSON_INTEGER_DIGITS,
-    app,
     json_depth_exceeds,
     json_integer_too_long,
 )

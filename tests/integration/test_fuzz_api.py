@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aijobs.api.app import MAX_JSON_INTEGER_DIGITS
+from aijobs.api.screening import MAX_JSON_INTEGER_DIGITS
 from tests.integration.harness import EVENTS
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported

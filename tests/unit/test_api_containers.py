@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.api_containers import CONTAINER_MODULES, ApiContainer, ApiContainers, load_container
+from aijobs_cli.api_containers import (
+    API_ROUTE_MODULES,
+    CONTAINER_MODULES,
+    ApiContainer,
+    ApiContainers,
+    load_container,
+)
 from aijobs_cli.local_stack import LocalStack, is_long_poll
 
 
@@ -91,6 +97,9 @@ def test_each_container_loads_its_own_api_modules_and_leaves_sys_modules_as_it_w
         assert first.modules[name] is not second.modules[name]
         assert before[name] not in (first.modules[name], second.modules[name])
     assert first.modules["aijobs.api.app"].app is not second.modules["aijobs.api.app"].app
+    # Each router reads the current event from its own container's resolver.
+    for name in API_ROUTE_MODULES:
+        assert first.modules[name].router.api_resolver is first.modules["aijobs.api.app"].app
     assert first.modules["api.handler"].runtime is first.runtime
 
 

@@ -118,7 +118,7 @@ def test_a_handler_leaves_what_only_some_invocations_need_to_their_first_use(han
 def test_the_openapi_document_loads_its_models_on_first_use() -> None:
     out = _fresh(
         "import json, api.handler\n"
-        "from aijobs.api.app import _openapi_document\n"
+        "from aijobs.api.routes.docs import _openapi_document\n"
         "before = 'aws_lambda_powertools.event_handler.openapi.models' in sys.modules\n"
         "document = json.loads(_openapi_document(('summary',)))\n"
         "print(json.dumps([before, document['components']['securitySchemes']]))"

@@ -134,7 +134,7 @@ def token_groups(claim: Any) -> frozenset[str]:
 def request_hash(request: JobRequest | ClassifyRequest) -> str:
     """Fingerprint of a request, to tell an idempotent replay from a reused key.
 
-    The request's depth is bounded before it gets here (see `aijobs.api.app.MAX_JSON_DEPTH`).
+    The request's depth is bounded before it gets here (see `aijobs.api.screening.MAX_JSON_DEPTH`).
     """
     canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
