@@ -95,8 +95,13 @@ class _Target:
 
 def test_a_backlog_longer_than_the_sweepers_patience_is_named_in_the_report() -> None:
     jobs = [_job("plain", SUCCEEDED, first_wait=wait) for wait in (0.4, 12.25, None)]
-    assert _longest_wait(jobs) == 12.2  # rounded; a job tried more than once has no first wait
-    assert _longest_wait([_job("plain", SUCCEEDED)]) is None
+    assert _longest_wait(jobs, set()) == 12.2  # rounded; a job tried more than once has no first wait
+    assert _longest_wait([_job("plain", SUCCEEDED)], set()) is None
+    # Not a backlog: a re-run's attempt starts long after its row was made, a capped tenant waits held.
+    rerun = _job("plain", SUCCEEDED, first_wait=900.0, reruns=1)
+    held = _job("plain", SUCCEEDED, first_wait=800.0, user_id="capped")
+    assert _longest_wait([*jobs, rerun, held], {"capped"}) == 12.2
+    assert _longest_wait([*jobs, held], set()) == 800.0
     (note,) = _backlog_note(_Target(5), 12.2)  # type: ignore[arg-type]
     assert "waited 12 s" in note
     assert "STUCK_QUEUED_SECONDS (5 s)" in note
