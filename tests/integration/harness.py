@@ -322,8 +322,8 @@ def running_local_stack(
     LocalStack's own (e.g. `long_poll_seconds`)."""
     from aijobs.observability import logger
     from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.commands._common import CurrentStderr
     from aijobs_cli.local_stack import LocalStack
-    from aijobs_cli.main import CurrentStderr
 
     config = load_stage_config("local", {**FAST, **(values or {})})
     local = LocalStack(config, port=0, info_file=folder / "local.json", log=lambda _line: None, **options)

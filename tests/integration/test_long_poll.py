@@ -134,16 +134,16 @@ class _ScriptedTarget:
 
 
 def test_the_cli_waits_with_long_polls_not_a_tight_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aijobs_cli import main
+    from aijobs_cli.commands import jobs
 
     target = _ScriptedTarget(["queued", "running", "succeeded"])
-    job = main._wait(target, "j1", timeout=120)  # type: ignore[arg-type]
+    job = jobs._wait(target, "j1", timeout=120)  # type: ignore[arg-type]
     assert job["status"] == "succeeded"
     assert target.paths == ["/jobs/j1?wait=20"] * 3
 
 
 def test_the_cli_asks_for_no_longer_than_its_own_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aijobs_cli import main
+    from aijobs_cli.commands import jobs
 
     clock = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])  # the CLI reads time.monotonic
@@ -155,6 +155,6 @@ def test_the_cli_asks_for_no_longer_than_its_own_timeout(monkeypatch: pytest.Mon
         return original(method, path, body, headers)
 
     monkeypatch.setattr(target, "request", slow)
-    job = main._wait(target, "j1", timeout=27)  # type: ignore[arg-type]
+    job = jobs._wait(target, "j1", timeout=27)  # type: ignore[arg-type]
     assert job["status"] == "running"  # not finished: the job as it was when the timeout ran out
     assert target.paths == ["/jobs/j1?wait=20", "/jobs/j1?wait=7"]

@@ -25,7 +25,7 @@ from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import CronSettings
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli import models as models_cli
+from aijobs_cli.commands import models as models_cli
 from aijobs_cli.main import app
 from tests.integration.harness import Stage
 from tests.unit.test_model_lifecycle import add_lifecycle

@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 from aijobs.spend import SpendBrake, build_brake
 from aijobs.store.spend import SpendRecords
-from aijobs_cli import main
+from aijobs_cli.commands import spend as spend_cli
 from aijobs_cli.main import app
 from tests.integration.harness import Stage
 
@@ -56,7 +56,7 @@ def spend(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Runs `aijobs spend ARGS --stack aijobs-dev`; the day is picked at NOW."""
     # The CLI turns the library's metrics off for its process: have that undone after the test.
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    monkeypatch.setattr(main, "_spend_now", lambda: NOW)
+    monkeypatch.setattr(spend_cli, "_spend_now", lambda: NOW)
     _stack(stage, "aijobs-dev", brake=True)
 
     def run(*args: str, stack: str = "aijobs-dev") -> Result:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from aijobs_cli import main
+from aijobs_cli.commands import _common, accounts, demo, jobs, operator, soak, spend
 from aijobs_cli.main import app
 from aijobs_cli.target import ApiResponse, Target
 
@@ -41,7 +41,8 @@ def api(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, str]]) -> Callab
 
         target.request = request  # type: ignore[method-assign]
 
-    monkeypatch.setattr(main, "_target", lambda *_args, **_kwargs: target)
+    for module in (accounts, demo, jobs, operator, soak, spend):  # each command module's own name
+        monkeypatch.setattr(module, "_target", lambda *_args, **_kwargs: target)
     return install
 
 
@@ -101,8 +102,8 @@ def test_submit_without_wait_exits_0_for_an_accepted_job(api: Callable[[Answer],
 
 def test_exit_codes_leave_click_its_own(api: Callable[[Answer], None]) -> None:
     """1 (an error) and 2 (a usage error) are click's; the job-end codes are others."""
-    assert {main.EXIT_ERROR, main.EXIT_USAGE} == {1, 2}
-    assert len({1, 2, main.EXIT_TIMED_OUT, main.EXIT_FAILED, main.EXIT_CANCELLED}) == 5
+    assert {_common.EXIT_ERROR, _common.EXIT_USAGE} == {1, 2}
+    assert len({1, 2, _common.EXIT_TIMED_OUT, _common.EXIT_FAILED, _common.EXIT_CANCELLED}) == 5
     api(_submit_then(_job("succeeded")))
     assert CliRunner().invoke(app, ["submit", "summary", "text", "--no-such-option"]).exit_code == 2
 
@@ -133,7 +134,7 @@ def test_an_unknown_kind_lists_the_kinds_before_anything_is_uploaded(
 
 def test_an_unknown_kind_lists_the_kinds_the_api_names(api: Callable[[Answer], None]) -> None:
     """A deployed stage's target knows no kinds: the API's 422 carries them (`details.kinds`)."""
-    main._target(None).queue_urls.clear()
+    jobs._target(None).queue_urls.clear()
     api(
         lambda *_: ApiResponse(
             422,

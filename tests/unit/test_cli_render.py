@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from aijobs.workflows.report import chunk_text
-from aijobs_cli.main import REPORT_CHUNK_CHARS, job_fields, job_line, sample_report, workflow_note
+from aijobs_cli.commands.demo import REPORT_CHUNK_CHARS, sample_report
+from aijobs_cli.commands.jobs import job_fields, job_line, workflow_note
 
 PARENT = "01M8MTKH5537ZRM1P4SGCFN1A8"
 
