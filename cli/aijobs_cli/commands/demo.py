@@ -95,6 +95,18 @@ def demo(
     if report_file is not None and not report:
         raise _fail("--report-file needs the report (drop --no-report)")
     target = _target(info_file, api_url, api_key)
+    submitted = _submit_mix(target, rounds)
+    report_entry = _submit_report(target, report_file, chunk_chars) if report else _skipped("--no-report")
+    report_id: str | None = report_entry.get("jobId")
+    final, report_job = _watch(target, submitted, report_id, timeout, as_json)
+    rows, summary = _summary(submitted, final, report_entry, report_job)
+    _emit(summary, as_json, _render_demo)
+    if any(r["outcome"] == "unfinished" for r in rows) or report_entry["outcome"] == "unfinished":
+        raise typer.Exit(EXIT_TIMED_OUT)
+
+
+def _submit_mix(target: Target, rounds: int) -> list[tuple[str, str, str]]:
+    """Submit DEMO_MIX `rounds` times (the kinds the stage has): each job's id, kind and case."""
     submitted: list[tuple[str, str, str]] = []
     for _ in range(rounds):
         for kind, text, label in DEMO_MIX:
@@ -102,8 +114,18 @@ def demo(
                 continue
             body = _api(target, "POST", "/jobs", {"kind": kind, "input": text})
             submitted.append((body["jobId"], kind, label))
-    report_entry = _submit_report(target, report_file, chunk_chars) if report else _skipped("--no-report")
-    report_id: str | None = report_entry.get("jobId")
+    return submitted
+
+
+def _watch(
+    target: Target,
+    submitted: list[tuple[str, str, str]],
+    report_id: str | None,
+    timeout: float,
+    as_json: bool,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Poll the jobs (and the report) until all finish or `timeout` passes, with progress bars on
+    stderr: the finished jobs by id, and the report's job once it finished."""
     report_job: dict[str, Any] | None = None
     final: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
@@ -136,6 +158,16 @@ def demo(
             if len(final) == len(submitted) and (report_id is None or report_job is not None):
                 break
             time.sleep(0.5)
+    return final, report_job
+
+
+def _summary(
+    submitted: list[tuple[str, str, str]],
+    final: Mapping[str, Any],
+    report_entry: dict[str, Any],
+    report_job: Mapping[str, Any] | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each job's row and the demo's summary (outcomes, latency percentiles, the report)."""
     rows: list[dict[str, Any]] = []
     for job_id, kind, label in submitted:
         job = final.get(job_id)
@@ -164,38 +196,37 @@ def demo(
         "jobsDetail": rows,
         "report": report_entry,
     }
+    return rows, summary
 
-    def render(data: Any) -> None:
-        detail = data["jobsDetail"]
-        table = Table(
-            folded("case"),
-            whole("jobId", [r["jobId"] for r in detail]),
-            folded("kind"),
-            folded("outcome"),
-            folded("attempts"),
-            folded("latency s"),
-        )
-        for r in detail:
-            table.add_row(
-                r["case"],
-                r["jobId"],
-                r["kind"],
-                r["outcome"],
-                str(r["attempts"]),
-                f"{r['latencySeconds']:.1f}" if r["latencySeconds"] is not None else "-",
-            )
-        _print_table(table)
-        out.print(
-            f"outcomes: {outcomes_text(data['outcomes'])}   p50 {data['p50Seconds']} s   "
-            f"p95 {data['p95Seconds']} s",
-            markup=False,
-            highlight=False,
-        )
-        _render_report(data["report"])
 
-    _emit(summary, as_json, render)
-    if any(r["outcome"] == "unfinished" for r in rows) or report_entry["outcome"] == "unfinished":
-        raise typer.Exit(EXIT_TIMED_OUT)
+def _render_demo(data: Any) -> None:
+    """The jobs as a table, their outcomes and latencies, then the report."""
+    detail = data["jobsDetail"]
+    table = Table(
+        folded("case"),
+        whole("jobId", [r["jobId"] for r in detail]),
+        folded("kind"),
+        folded("outcome"),
+        folded("attempts"),
+        folded("latency s"),
+    )
+    for r in detail:
+        table.add_row(
+            r["case"],
+            r["jobId"],
+            r["kind"],
+            r["outcome"],
+            str(r["attempts"]),
+            f"{r['latencySeconds']:.1f}" if r["latencySeconds"] is not None else "-",
+        )
+    _print_table(table)
+    out.print(
+        f"outcomes: {outcomes_text(data['outcomes'])}   p50 {data['p50Seconds']} s   "
+        f"p95 {data['p95Seconds']} s",
+        markup=False,
+        highlight=False,
+    )
+    _render_report(data["report"])
 
 
 def outcomes_text(outcomes: Mapping[str, int]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +22,10 @@ from aijobs_cli.commands._common import (
     err,
     out,
 )
+
+if TYPE_CHECKING:
+    from aijobs.stage_config import StageConfig
+    from aijobs_cli.local_stack import LocalStack
 
 
 def dev(
@@ -72,6 +76,12 @@ def dev(
         stack.start()
     except OSError as error:
         raise _fail(f"could not start: {error} (is port {port} free? try --port 0)") from None
+    _print_banner(stack, config, info_file)
+    _run_until_stopped(stack, info_file)
+
+
+def _print_banner(stack: LocalStack, config: StageConfig, info_file: Path) -> None:
+    """Where the local stack answers, its keys and a few commands to try."""
     key = stack.api_key
     examples = "\n".join(
         [
@@ -93,6 +103,10 @@ def dev(
         f"[bold]info file[/bold]  {info_file}\n\n{examples}\n\nCtrl-C stops it."
     )
     out.rule()
+
+
+def _run_until_stopped(stack: LocalStack, info_file: Path) -> None:
+    """Run until Ctrl-C (or SIGTERM), then stop the stack and remove its connection file."""
     stopping = {"now": False}
 
     def _stop(*_args: Any) -> None:

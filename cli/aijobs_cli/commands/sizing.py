@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
 from aijobs_cli.commands._common import AsJson, _fail, out
+
+if TYPE_CHECKING:
+    from aijobs_cli.sizing.call_profile import CallProfile
+    from aijobs_cli.sizing.capacity import CapacityInputs, CapacityReport
+    from aijobs_cli.sizing.cost import PriceTable, Workload
 
 # --- cost ----------------------------------------------------------------------------------------
 
@@ -63,29 +68,17 @@ def cost(
     from pydantic import ValidationError
 
     from aijobs_cli.sizing.call_profile import CallProfile
-    from aijobs_cli.sizing.cost import (
-        DEFAULT_PRICES,
-        PriceTable,
-        Workload,
-        estimate,
-        render_text,
-        stage_workload,
-        to_dict,
-    )
+    from aijobs_cli.sizing.cost import DEFAULT_PRICES, estimate, render_text, to_dict
 
     if dump_prices:
         out.print(DEFAULT_PRICES.to_json())
         return
     try:
-        from aijobs_cdk import REPO_ROOT
-        from aijobs_cdk.stage import load_stage_config
-
-        name = stage or ("dev" if (REPO_ROOT / ".env.dev").is_file() else None)
-        from_stage = stage_workload(load_stage_config(name)) if name else {}
-        if batch_size is not None:
-            from_stage["batch_size"] = batch_size
-        table = PriceTable.from_json(prices) if prices else DEFAULT_PRICES
-        workload = Workload(
+        workload, table = _cost_workload(
+            stage,
+            batch_size,
+            prices,
+            model_usage or [],
             jobs_per_month=jobs,
             retry_rate=retry_rate,
             dlq_rate=dlq_rate,
@@ -95,8 +88,6 @@ def cost(
             job_row_kb=job_row_kb,
             model=model,
             model_provider=model_provider,
-            model_usage_per_job=_usage_pairs(model_usage or []),
-            **from_stage,
         )
         profile = CallProfile.from_json(call_profile) if call_profile else None
         result = estimate(workload, table, profile=profile)
@@ -106,6 +97,24 @@ def cost(
         out.print_json(json.dumps(to_dict(result), default=str))
     else:
         out.print(render_text(result), markup=False, highlight=False)
+
+
+def _cost_workload(
+    stage: str | None, batch_size: int | None, prices: Path | None, model_usage: list[str], **fields: Any
+) -> tuple[Workload, PriceTable]:
+    """The workload `aijobs cost` prices (the stage's crons, shards, kinds and retries under the
+    options) and the price table it is priced with."""
+    from aijobs_cdk import REPO_ROOT
+    from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.sizing.cost import DEFAULT_PRICES, PriceTable, Workload, stage_workload
+
+    name = stage or ("dev" if (REPO_ROOT / ".env.dev").is_file() else None)
+    from_stage = stage_workload(load_stage_config(name)) if name else {}
+    if batch_size is not None:
+        from_stage["batch_size"] = batch_size
+    table = PriceTable.from_json(prices) if prices else DEFAULT_PRICES
+    workload = Workload(**fields, model_usage_per_job=_usage_pairs(model_usage), **from_stage)
+    return workload, table
 
 
 def _usage_pairs(pairs: list[str]) -> dict[str, float]:
@@ -185,18 +194,15 @@ def capacity(
     jobs/s at which it is reached, first wall first."""
     from pydantic import ValidationError
 
-    from aijobs_cli.sizing.call_profile import CallProfile
-    from aijobs_cli.sizing.capacity import CapacityInputs, markdown, model, rows, stage_inputs, summary
+    from aijobs_cli.sizing.capacity import model
 
     try:
-        from aijobs_cdk.stage import load_stage_config
-
-        fields = stage_inputs(load_stage_config(stage))
-        if kinds:
-            fields["kinds"] = tuple(kinds)
-        if index_buckets is not None:
-            fields["index_buckets"] = index_buckets
-        inputs = CapacityInputs(
+        inputs = _capacity_inputs(
+            stage,
+            kinds,
+            index_buckets,
+            provider_rpm or [],
+            provider_tpm or [],
             jobs_per_second=jobs_per_second,
             tenants=tenants,
             hot_tenant_share=hot_tenant_share,
@@ -208,27 +214,65 @@ def capacity(
             idempotency_rate=idempotency_rate,
             polls_per_job=polls_per_job,
             grants_per_tenant_month=grants_per_tenant_month,
-            provider_rpm=_kind_numbers(provider_rpm or [], "--provider-rpm"),
-            provider_tpm=_kind_numbers(provider_tpm or [], "--provider-tpm"),
             tokens_per_attempt=tokens_per_attempt,
             lambda_account_concurrency=lambda_concurrency,
             apigw_account_rps=api_account_rps,
-            **fields,
         )
-        profile = CallProfile.from_json(call_profile) if call_profile else None
-        report = model(inputs, profile)
+        report = model(inputs, _call_profile(call_profile))
     except (ValidationError, OSError, ValueError, KeyError) as error:
         raise _fail(str(error).strip('"')) from None
+    title = f"{jobs_per_second:,g} jobs/s, {len(inputs.kinds)} kinds, stage {stage}"
+    _print_capacity(report, title, top, as_json, as_markdown)
+
+
+def _call_profile(path: Path | None) -> CallProfile | None:
+    """The call profile at `path`, or None for the measured one (call_profile.json)."""
+    from aijobs_cli.sizing.call_profile import CallProfile
+
+    return CallProfile.from_json(path) if path else None
+
+
+def _capacity_inputs(
+    stage: str,
+    kinds: list[str] | None,
+    index_buckets: int | None,
+    provider_rpm: list[str],
+    provider_tpm: list[str],
+    **options: Any,
+) -> CapacityInputs:
+    """What `aijobs capacity` models: the stage's config under the options."""
+    from aijobs_cdk.stage import load_stage_config
+    from aijobs_cli.sizing.capacity import CapacityInputs, stage_inputs
+
+    fields = stage_inputs(load_stage_config(stage))
+    if kinds:
+        fields["kinds"] = tuple(kinds)
+    if index_buckets is not None:
+        fields["index_buckets"] = index_buckets
+    return CapacityInputs(
+        **options,
+        provider_rpm=_kind_numbers(provider_rpm, "--provider-rpm"),
+        provider_tpm=_kind_numbers(provider_tpm, "--provider-tpm"),
+        **fields,
+    )
+
+
+def _print_capacity(report: CapacityReport, title: str, top: int, as_json: bool, as_markdown: bool) -> None:
+    """The report as JSON, as Markdown, or as a table of the limits, first wall first, then the
+    summary and the notes."""
+    from aijobs_cli.sizing.capacity import markdown, rows, summary
+
     if as_json:
         out.print_json(json.dumps(report.to_dict(), default=str))
         return
     if as_markdown:
         out.print(markdown(report, top), markup=False, highlight=False)
         return
+
     table = Table(
         "limit", "scope", "load", "ceiling", "use", Column("wall at jobs/s", justify="right"), "owner",
         Column("raise or reshape", overflow="fold"),
-        title=f"{jobs_per_second:,g} jobs/s, {len(inputs.kinds)} kinds, stage {stage}",
+        title=title,
     )  # fmt: skip
     for row in rows(report)[: top or None]:
         table.add_row(*(escape(cell) for cell in row))

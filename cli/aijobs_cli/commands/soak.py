@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -21,6 +21,9 @@ from aijobs_cli.commands._common import (
     err,
     out,
 )
+
+if TYPE_CHECKING:
+    from aijobs_cli.soak import SoakReport, SoakTarget
 from aijobs_cli.target import TargetError
 
 # --- chaos soak ----------------------------------------------------------------------------------
@@ -68,15 +71,7 @@ def soak(
     """
     from aijobs.observability import logger
     from aijobs_cli.sizing.capacity import stage_inputs
-    from aijobs_cli.soak import (
-        INVARIANTS,
-        DeployedSoakTarget,
-        LoadPlan,
-        LocalSoakTarget,
-        SoakReport,
-        SoakTarget,
-        run_soak,
-    )
+    from aijobs_cli.soak import LoadPlan, LocalSoakTarget, run_soak
 
     if not verbose:
         logger.setLevel("CRITICAL")
@@ -101,23 +96,8 @@ def soak(
             load=load, submit_workers=submit_workers, capacity_inputs=inputs,
         )  # fmt: skip
 
-    target: SoakTarget
     if api_url and api_key:  # deployed (checked above)
-        aws_target = _target(None, api_url, api_key, stack, profile, region) if stack else None
-        max_retries = 3
-        inputs: dict[str, Any] = {}
-        try:
-            from aijobs_cdk.stage import load_stage_config
-
-            if aws_target is not None:
-                config = load_stage_config(aws_target.stage)
-                max_retries, inputs = config.max_retries, stage_inputs(config)
-        except ConfigError:
-            pass  # no local copy of that stage's configuration: the default budget
-        try:
-            target = DeployedSoakTarget(api_url, api_key, aws_target, max_retries)
-        except TargetError as error:
-            raise _fail(str(error)) from None
+        target, inputs = _deployed_target(api_url, api_key, stack, profile, region)
         report = go(target, 1, inputs)
     else:
         with LocalSoakTarget() as local:
@@ -125,28 +105,62 @@ def soak(
     if as_json:
         out.print_json(json.dumps(report.to_dict(), default=str))
     else:
-        table = Table("invariant", "count", "means")
-        for name, count in report.invariants.items():
-            shown = "n/a" if count is None else ("[green]0[/green]" if count == 0 else f"[red]{count}[/red]")
-            table.add_row(name, shown, INVARIANTS[name])
-        out.print(table)
-        outcomes = Table("fault", "outcomes")
-        for fault, counts in report.outcomes.items():
-            outcomes.add_row(fault, ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-        out.print(outcomes)
-        out.print(
-            f"{report.jobs} jobs, {report.users} users, {report.duration_seconds} s, "
-            f"{report.jobs_per_second} jobs/s, seed {report.seed}, target: {report.target}"
-        )
-        out.print_json(json.dumps(report.figures, default=str))
-        for name, lines in report.examples.items():
-            out.print(f"[bold]{name}[/bold]")
-            for line in lines:
-                out.print(f"  {line}", markup=False, highlight=False)
-        for note in report.notes:
-            out.print(f"[yellow]note:[/yellow] {note}")
-        if report.load is not None:
-            out.print("[bold]load[/bold]")
-            out.print_json(json.dumps(report.load, default=str))
+        _print_report(report)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _deployed_target(
+    api_url: str, api_key: str, stack: str | None, profile: str | None, region: str | None
+) -> tuple[SoakTarget, dict[str, Any]]:
+    """The deployed stage to soak (with AWS access when --stack names it) and its capacity inputs
+    (from the local copy of its stage file, when there is one)."""
+    from aijobs_cli.sizing.capacity import stage_inputs
+    from aijobs_cli.soak import DeployedSoakTarget
+
+    target: SoakTarget
+    aws_target = _target(None, api_url, api_key, stack, profile, region) if stack else None
+    max_retries = 3
+    inputs: dict[str, Any] = {}
+    try:
+        from aijobs_cdk.stage import load_stage_config
+
+        if aws_target is not None:
+            config = load_stage_config(aws_target.stage)
+            max_retries, inputs = config.max_retries, stage_inputs(config)
+    except ConfigError:
+        pass  # no local copy of that stage's configuration: the default budget
+    try:
+        target = DeployedSoakTarget(api_url, api_key, aws_target, max_retries)
+    except TargetError as error:
+        raise _fail(str(error)) from None
+    return target, inputs
+
+
+def _print_report(report: SoakReport) -> None:
+    """The invariants, each fault's outcomes, the figures, examples, notes and the load."""
+    from aijobs_cli.soak import INVARIANTS
+
+    table = Table("invariant", "count", "means")
+    for name, count in report.invariants.items():
+        shown = "n/a" if count is None else ("[green]0[/green]" if count == 0 else f"[red]{count}[/red]")
+        table.add_row(name, shown, INVARIANTS[name])
+    out.print(table)
+    outcomes = Table("fault", "outcomes")
+    for fault, counts in report.outcomes.items():
+        outcomes.add_row(fault, ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    out.print(outcomes)
+    out.print(
+        f"{report.jobs} jobs, {report.users} users, {report.duration_seconds} s, "
+        f"{report.jobs_per_second} jobs/s, seed {report.seed}, target: {report.target}"
+    )
+    out.print_json(json.dumps(report.figures, default=str))
+    for name, lines in report.examples.items():
+        out.print(f"[bold]{name}[/bold]")
+        for line in lines:
+            out.print(f"  {line}", markup=False, highlight=False)
+    for note in report.notes:
+        out.print(f"[yellow]note:[/yellow] {note}")
+    if report.load is not None:
+        out.print("[bold]load[/bold]")
+        out.print_json(json.dumps(report.load, default=str))
