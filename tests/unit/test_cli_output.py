@@ -134,7 +134,7 @@ def test_an_unknown_kind_lists_the_kinds_before_anything_is_uploaded(
 
 def test_an_unknown_kind_lists_the_kinds_the_api_names(api: Callable[[Answer], None]) -> None:
     """A deployed stage's target knows no kinds: the API's 422 carries them (`details.kinds`)."""
-    jobs._target(None).queue_urls.clear()
+    jobs._target(None).queue_urls.clear()  # type: ignore[attr-defined]  # the fixture's target
     api(
         lambda *_: ApiResponse(
             422,

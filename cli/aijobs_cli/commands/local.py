@@ -24,7 +24,7 @@ from aijobs_cli.commands._common import (
 )
 
 if TYPE_CHECKING:
-    from aijobs.stage_config import StageConfig
+    from aijobs_cdk.stage_config import StageConfig
     from aijobs_cli.local_stack import LocalStack
 
 
