@@ -10,7 +10,14 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from aijobs_cli.main import app
-from aijobs_cli.sizing.call_profile import Call, CallProfile, IndexWrite, ItemAccess, PathProfile
+from aijobs_cli.sizing.call_profile import (
+    Call,
+    CallProfile,
+    IndexWrite,
+    ItemAccess,
+    PathProfile,
+    default_profile,
+)
 from aijobs_cli.sizing.capacity import (
     CapacityInputs,
     backoff_seconds_per_job,
@@ -126,13 +133,13 @@ def _limit(name: str, inputs: CapacityInputs = INPUTS) -> tuple[float, float, fl
 def test_path_rates_are_the_cost_models_job_fates_per_job() -> None:
     inputs = CapacityInputs(
         jobs_per_second=1, kinds=("a",), retry_rate=0.05, dlq_rate=0.01, failed_final_rate=0.02,
-        idempotency_rate=0.3, polls_per_job=3, max_retries=3,
+        idempotency_rate=0.3, polls_per_job=3, poll_wait_seconds=2, max_retries=3,
     )  # fmt: skip
     jobs = 1_000_000
     counts = path_counts(
         Workload(
             jobs_per_month=jobs, retry_rate=0.05, dlq_rate=0.01, failed_final_rate=0.02,
-            idempotency_key_rate=0.3, status_polls_per_job=3, max_retries=3,
+            idempotency_key_rate=0.3, status_polls_per_job=3, poll_wait_seconds=2, max_retries=3,
         )
     )  # fmt: skip
     assert path_rates(inputs) == pytest.approx({name: count / jobs for name, count in counts.items()})
@@ -230,6 +237,21 @@ def test_lambda_sqs_and_api_loads() -> None:
     assert _limit("API stage throttle (API_THROTTLE_RATE)") == pytest.approx((1000, 50, 50))
     # Table writes: 8 + 1 WRU per job on the (one) shard table, and retention's 2 items x 2 WRU.
     assert _limit("DynamoDB writes, shard table") == pytest.approx((13_000, 40_000, 40_000 / 13))
+
+
+def test_a_long_poll_holds_an_api_execution_for_its_wait() -> None:
+    short = INPUTS.model_copy(update={"polls_per_job": 1, "poll_wait_seconds": 0, "producer_ms": 50})
+    long = INPUTS.model_copy(update={"polls_per_job": 1, "poll_wait_seconds": 4, "producer_ms": 50})
+
+    # 1,000 jobs/s x (a submit and a poll of 50 ms each): 100 executions; waiting 4 s each: 4,100.
+    def api_executions(inputs: CapacityInputs) -> float:
+        report = model(inputs, default_profile(), TRACE)
+        (found,) = [limit for limit in report.limits if limit.name == "Lambda concurrency, api function"]
+        return found.load(inputs.jobs_per_second)
+
+    assert api_executions(short) == pytest.approx(100)
+    assert api_executions(long) == pytest.approx(4100)
+    assert path_rates(long)["producer.poll"] == 6  # reads at 0, 0.25, 0.75, 1.75, 3.75 and 4 s
 
 
 def test_first_walls_and_the_report() -> None:

@@ -33,6 +33,7 @@ from aijobs_cli.sizing.cost import (
     stage_workload,
     to_dict,
 )
+from aijobs_cli.sizing.cost_lines import poll_reads
 
 ARTICLE = Workload(jobs_per_month=20_000, retry_rate=0.05, dlq_rate=0.01)
 POLLS_PER_POLLER = 730 * 3600 // 20  # 131,400 twenty-second long polls in a 730-hour month
@@ -161,11 +162,35 @@ def test_article_workload_on_aws_by_hand() -> None:
     assert _sqs(est, DLQ_SEND) == 200
     assert _sqs(est, DLQ_RECEIVE) == _sqs(est, DLQ_DELETE) == 40
     assert _sqs(est, EMPTY_POLLS) == 5 * POLLS_PER_POLLER * 11  # 5 main queues + 5 DLQs + webhooks
-    assert est.quantity("Lambda", "API (producer) invocations") == 20_000 + 60_000
+    # One long-poll per job by default (GET /jobs/{id}?wait=), waiting 2 s in a 256 MB function.
+    assert est.quantity("Lambda", "API (producer) invocations") == 20_000 + 20_000
+    assert est.quantity("Lambda", "API long-poll waits") == pytest.approx(20_000 * 2.0 * 0.25)
     assert est.quantity("Lambda", "consumer duration") == pytest.approx(21_400 * 2.0 * 0.5)
-    assert est.quantity("API Gateway", "HTTP API requests") == 80_000
+    assert est.quantity("API Gateway", "HTTP API requests") == 40_000
     # The default crons: the dev stage's */10 and */5.
     assert est.quantity("EventBridge Scheduler", "schedule invocations") == (6 + 12) * 730
+
+
+def test_a_long_poll_is_billed_for_its_wait_and_webhooks_remove_both() -> None:
+    short = estimate(_small(status_polls_per_job=3, poll_wait_seconds=0), profile=PROFILE)
+    long = estimate(_small(status_polls_per_job=1, poll_wait_seconds=4), profile=PROFILE)
+    hooked = estimate(_small(status_polls_per_job=0), profile=PROFILE)
+    assert short.quantity("API Gateway", "HTTP API requests") == 100 + 300
+    assert long.quantity("API Gateway", "HTTP API requests") == 100 + 100
+    assert hooked.quantity("API Gateway", "HTTP API requests") == 100
+    assert short.quantity("Lambda", "API long-poll waits") == 0
+    assert long.quantity("Lambda", "API long-poll waits") == pytest.approx(100 * 4 * 256 / 1024)
+    assert hooked.quantity("Lambda", "API long-poll waits") == 0
+    # A poll reads the row at once, then after each pause it starts: 0.25, 0.5, 1, 2 s (then 2 s
+    # again, the last one cut to the deadline) -- at 0, 0.25, 0.75, 1.75, 3.75 and 4 s in a 4 s wait.
+    reads = hooked.quantity("DynamoDB", "read request units")
+    assert long.quantity("DynamoDB", "read request units") == reads + 100 * 6
+    assert short.quantity("DynamoDB", "read request units") == reads + 300 * 1
+
+
+@pytest.mark.parametrize(("wait", "reads"), [(0, 1), (0.25, 2), (0.3, 3), (2, 5), (20, 14)])
+def test_a_long_poll_reads_the_row_at_the_apis_pauses(wait: float, reads: int) -> None:
+    assert poll_reads(wait) == reads
 
 
 # --- 64 KB chunks -------------------------------------------------------------------------------
@@ -446,7 +471,13 @@ def test_cli_prices_a_models_spend_from_the_model_price_table() -> None:
 
 
 def test_dynamodb_units_are_each_paths_measured_units_times_its_runs() -> None:
-    w = _small(cron_runs={}, failed_final_rate=0.05, idempotency_key_rate=0.2, status_polls_per_job=2)
+    w = _small(
+        cron_runs={},
+        failed_final_rate=0.05,
+        idempotency_key_rate=0.2,
+        status_polls_per_job=2,
+        poll_wait_seconds=0,
+    )
     est = estimate(w, profile=PROFILE)
     # 100 jobs: 20 keyed submits; 10 retried (8 recover, 2 dead-lettered after 3 retries); 5 fail for good.
     first_try, recovered, dead, final, retries = 100 - 10 - 5, 8, 2, 5, 8 + 2 * 3

@@ -31,6 +31,13 @@ def cost(
         float, typer.Option(min=0.0, max=1.0, help="share of submits with an Idempotency-Key")
     ] = 0.0,
     batch_size: Annotated[int | None, typer.Option(min=1, max=10_000, help="default: the stage's")] = None,
+    polls_per_job: Annotated[
+        float,
+        typer.Option(min=0.0, help="GET /jobs/{id} per job (1: one ?wait= long-poll; 0: webhooks)"),
+    ] = 1.0,
+    poll_wait_seconds: Annotated[
+        float, typer.Option(min=0.0, max=20.0, help="seconds each status call waits (0: short polls)")
+    ] = 2.0,
     message_kb: Annotated[float, typer.Option(min=0.001)] = 1.0,
     job_row_kb: Annotated[
         float | None,
@@ -60,7 +67,7 @@ def cost(
 ) -> None:
     """Estimate the monthly AWS cost of a workload, next to Cloudflare Queues' operation count.
 
-    Each code path's AWS calls come from the measured call profile (cli/aijobs_cli/call_profile.json);
+    Each code path's AWS calls come from the measured call profile (cli/aijobs_cli/sizing/call_profile.json);
     cron runs per hour, shards, kinds and retries from the stage's `.env.<stage>`. Prints the monthly
     total by service, the AWS cost per 1M jobs and, with `--model-usage`, what every model of every
     provider in the model price table would cost per 1M jobs. With `--model` the model's own spend
@@ -84,6 +91,8 @@ def cost(
             dlq_rate=dlq_rate,
             failed_final_rate=failed_final_rate,
             idempotency_key_rate=idempotency_rate,
+            status_polls_per_job=polls_per_job,
+            poll_wait_seconds=poll_wait_seconds,
             message_kb=message_kb,
             job_row_kb=job_row_kb,
             model=model,
@@ -161,7 +170,13 @@ def capacity(
     dlq_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.01,
     failed_final_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
     idempotency_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
-    polls_per_job: Annotated[float, typer.Option(min=0.0, help="GET /jobs/{id} per job")] = 3.0,
+    polls_per_job: Annotated[
+        float,
+        typer.Option(min=0.0, help="GET /jobs/{id} per job (1: one ?wait= long-poll; 0: webhooks)"),
+    ] = 1.0,
+    poll_wait_seconds: Annotated[
+        float, typer.Option(min=0.0, max=20.0, help="seconds each status call waits (0: short polls)")
+    ] = 2.0,
     grants_per_tenant_month: Annotated[
         float, typer.Option(min=0.0, help="credit grants a tenant gets a month (each expires once)")
     ] = 2.0,
@@ -213,6 +228,7 @@ def capacity(
             failed_final_rate=failed_final_rate,
             idempotency_rate=idempotency_rate,
             polls_per_job=polls_per_job,
+            poll_wait_seconds=poll_wait_seconds,
             grants_per_tenant_month=grants_per_tenant_month,
             tokens_per_attempt=tokens_per_attempt,
             lambda_account_concurrency=lambda_concurrency,

@@ -56,6 +56,7 @@ from aijobs_cli.sizing.capacity_limits import (
     sqs_limits,
     table_limits,
 )
+from aijobs_cli.sizing.cost_lines import poll_reads
 from aijobs_cli.sizing.partition_trace import PartitionTrace, default_trace, per_job_writes, step_rates
 
 
@@ -76,7 +77,9 @@ class CapacityInputs(BaseModel):
     dlq_rate: float = Field(default=0.01, ge=0, le=1)
     failed_final_rate: float = Field(default=0.0, ge=0, le=1)
     idempotency_rate: float = Field(default=0.0, ge=0, le=1)
-    polls_per_job: float = Field(default=3.0, ge=0)
+    polls_per_job: float = Field(default=1.0, ge=0)
+    #: Seconds each status call waits for its job (`?wait=`): it holds an API execution that long.
+    poll_wait_seconds: float = Field(default=2.0, ge=0, le=20)
     #: Function time per request / per delivered message / per dead letter.
     producer_ms: float = Field(default=60.0, ge=0)
     consumer_seconds: float = Field(default=2.0, ge=0)
@@ -153,7 +156,7 @@ def path_rates(i: CapacityInputs) -> dict[str, float]:
     return {
         "producer.submit": 1 - i.idempotency_rate,
         "producer.submit_idempotent": i.idempotency_rate,
-        "producer.poll": i.polls_per_job,
+        "producer.poll": i.polls_per_job * poll_reads(i.poll_wait_seconds),
         "consumer.success": 1 - i.retry_rate - i.failed_final_rate,
         "consumer.retry": recovered + i.dlq_rate * i.max_retries,
         "consumer.success_after_retry": recovered,

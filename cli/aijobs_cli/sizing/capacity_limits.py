@@ -166,7 +166,7 @@ def lambda_limits(i: CapacityInputs, deliveries: float) -> list[Limit]:
     add = limits.append
     kinds, per_kind = len(i.kinds), i.kind_share
     api_per_job = 1 + i.polls_per_job
-    producer = api_per_job * i.producer_ms / 1000
+    producer = api_per_job * i.producer_ms / 1000 + i.polls_per_job * i.poll_wait_seconds
     consumer_per_kind = deliveries * per_kind * i.consumer_seconds
     dlq = i.dlq_rate * i.dlq_ms / 1000
     mapping_cap = float(min(i.esm_max_concurrency or ESM_MAX_BATCHES, ESM_MAX_BATCHES))

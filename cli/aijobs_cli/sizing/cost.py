@@ -83,9 +83,9 @@ ASSUMPTIONS: tuple[str, ...] = (
     "consumer_avg_seconds is per delivered message (a batch's records run one after another); "
     "duration is not rounded up per invocation.",
     "DynamoDB request units, SQS requests of the functions themselves, S3 puts and SNS publishes per path "
-    "are the measured call profile's (aijobs_cli/call_profile.json: a transactional write is 2 WRU per item "
-    "per started KB, every index entry written 1 WRU per KB); submits are on warm containers (API key "
-    "cached).",
+    "are the measured call profile's (aijobs_cli/sizing/call_profile.json: a transactional write is 2 WRU "
+    "per item per started KB, every index entry written 1 WRU per KB); submits are on warm containers "
+    "(API key cached).",
     "Every kind's deliveries cost what the profile's measured kind's do (one plain single-call job); a cron "
     "the profile has not measured costs a dispatcher run with nothing to do. Both are listed as estimated.",
     "Provider re-checks cost one SendMessage each; their deliveries' DynamoDB work is not counted. "
@@ -193,7 +193,12 @@ class Workload(BaseModel):
     consumer_avg_seconds: float = Field(default=2.0, ge=0)
     api_memory_mb: int = Field(default=256, ge=128, le=10_240)
     api_avg_ms: float = Field(default=50.0, ge=0)
-    status_polls_per_job: float = Field(default=3.0, ge=0)
+    #: GET /jobs/{id} per job: 1 when the client long-polls (`?wait=`, as `aijobs submit --wait`
+    #: does) and the job finishes inside the wait; 0 when a webhook tells the client.
+    status_polls_per_job: float = Field(default=1.0, ge=0)
+    #: Seconds a status call holds the API function waiting for the job (a long-poll is billed as
+    #: Lambda duration for its whole wait: about the job's queueing and model time); 0 for short polls.
+    poll_wait_seconds: float = Field(default=2.0, ge=0, le=20)
     #: Concurrent long polls the event-source mapping keeps open on each queue (Lambda starts at 5).
     esm_pollers: int = Field(default=5, ge=0)
     #: Job kinds; each has a main queue and a DLQ, both with an event-source mapping.

@@ -85,6 +85,22 @@ def receive_requests(messages: int, per_call: int, message_kb: float) -> int:
     return full * chunks(kb * per_call) + (chunks(kb * rest) if rest else 0)
 
 
+def poll_reads(wait_seconds: float) -> int:
+    """Row reads of one `GET /jobs/{id}?wait=` that waits `wait_seconds` for its job: one at once,
+    then one after each of the API's pauses (LONG_POLL_BACKOFF, the last repeating) that starts
+    inside the wait (`JobService.wait_for`)."""
+    from aijobs.api.service import LONG_POLL_BACKOFF
+
+    reads, waited = 1, 0.0
+    pauses = iter(LONG_POLL_BACKOFF)
+    pause = LONG_POLL_BACKOFF[0]
+    while waited < wait_seconds:
+        pause = next(pauses, pause)
+        waited += pause
+        reads += 1
+    return reads
+
+
 def gb_seconds(count: int, seconds: float, memory_mb: int) -> float:
     return count * seconds * memory_mb / 1024
 
@@ -103,7 +119,7 @@ def path_counts(w: Workload) -> dict[str, int]:
     return {
         "producer.submit": w.jobs_per_month - idempotent,
         "producer.submit_idempotent": idempotent,
-        "producer.poll": share(w.jobs_per_month, w.status_polls_per_job),
+        "producer.poll": share(w.jobs_per_month, w.status_polls_per_job) * poll_reads(w.poll_wait_seconds),
         "consumer.success": w.first_try_jobs,
         "consumer.retry": w.retries,
         "consumer.success_after_retry": w.recovered_jobs,
@@ -291,6 +307,12 @@ def lambda_lines(ledger: Ledger) -> None:
         "Lambda", "API (producer) duration", gb_seconds(api_calls, w.api_avg_ms / 1000, w.api_memory_mb),
         "GB-seconds", lam_gbs, 1,
         f"{api_calls:,} x {w.api_avg_ms:g} ms x {w.api_memory_mb} MB / 1024 (arm64)",
+    )  # fmt: skip
+    add(
+        "Lambda", "API long-poll waits", gb_seconds(polls, w.poll_wait_seconds, w.api_memory_mb),
+        "GB-seconds", lam_gbs, 1,
+        f"{polls:,} status polls x {w.poll_wait_seconds:g} s waiting (GET /jobs/{{id}}?wait=) x "
+        f"{w.api_memory_mb} MB / 1024; webhooks instead of polls (--polls-per-job 0) remove it",
     )  # fmt: skip
     add(
         "Lambda", "consumer invocations", batched_calls(deliveries, w.batch_size), "requests", lam_req,
