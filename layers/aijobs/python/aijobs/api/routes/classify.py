@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from aijobs.api.auth import principal
 from aijobs.api.errors import responses
 from aijobs.api.schemas import ClassifyRequest, ClassifyResponse
-from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN
+from aijobs.api.submission import IDEMPOTENCY_KEY_PATTERN
 from aijobs.api.wiring import service
 
 router = Router()  # type: ignore[no-untyped-call]  # powertools: Router.__init__ is unannotated

@@ -11,7 +11,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from aijobs.api.auth import principal
 from aijobs.api.errors import responses
 from aijobs.api.schemas import JobAccepted, JobList, JobRequest, JobView
-from aijobs.api.service import IDEMPOTENCY_KEY_PATTERN, LONG_POLL_MAX_SECONDS, links
+from aijobs.api.service import LONG_POLL_MAX_SECONDS, links
+from aijobs.api.submission import IDEMPOTENCY_KEY_PATTERN
 from aijobs.api.wiring import service
 from aijobs.domain import JobStatus
 
