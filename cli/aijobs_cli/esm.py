@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aijobs.providers.local import SimulatedCrash
+from aijobs.providers.local_directives import SimulatedCrash
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -19,7 +19,7 @@ from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.errors import TransientProviderError, TransitionConflict
 from aijobs.operator import Operator
-from aijobs.providers.local import SimulatedCrash
+from aijobs.providers.local_directives import SimulatedCrash
 from aijobs.scheduled.context import CronRun
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings

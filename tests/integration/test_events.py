@@ -26,7 +26,7 @@ from moto import mock_aws
 from aijobs import runtime
 from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
-from aijobs.providers.local import encode_png
+from aijobs.providers.local_media import encode_png
 from aijobs.store.retention import write_retention
 from aijobs.webhooks.secrets import WebhookSecrets
 from aijobs.webhooks.transport import Poster

@@ -20,7 +20,7 @@ from aijobs.domain import JobStatus
 from aijobs.errors import InvalidInputError, TransientProviderError
 from aijobs.kinds.base import Kind
 from aijobs.kinds.registry import queued, require
-from aijobs.providers.local import render_image
+from aijobs.providers.local_media import render_image
 from tests.integration.harness import Stage, api_caller
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from aijobs.domain import JobStatus
 from aijobs.observability import logger
-from aijobs.providers.local import SimulatedCrash
+from aijobs.providers.local_directives import SimulatedCrash
 from aijobs_cli.main import app
 from aijobs_cli.soak import (
     CANCELLED,

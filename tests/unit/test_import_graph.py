@@ -44,7 +44,13 @@ LAZY = {
     "queue_consumer": ("aijobs.workflows.runner", "aijobs.workflows.base"),
 }
 # Never at any function's init: the stage config's parser (synth time), the local stack's provider.
-NEVER = ("aijobs_cdk.stage_config", "aijobs.providers.local")
+NEVER = (
+    "aijobs_cdk.stage_config",
+    "aijobs.providers.local",
+    "aijobs.providers.local_directives",
+    "aijobs.providers.local_text",
+    "aijobs.providers.local_media",
+)
 
 
 def _fresh(code: str) -> str:

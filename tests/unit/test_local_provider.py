@@ -41,16 +41,10 @@ from aijobs.providers.base import (
     VideoGenerator,
     VideoRequest,
 )
-from aijobs.providers.local import (
-    MODELS,
-    LocalProvider,
-    SimulatedCrash,
-    average_colour,
-    directives_of,
-    extractive_summary,
-    fill_schema,
-    parse_png,
-)
+from aijobs.providers.local import MODELS, LocalProvider
+from aijobs.providers.local_directives import SimulatedCrash, directives_of
+from aijobs.providers.local_media import average_colour, parse_png
+from aijobs.providers.local_text import extractive_summary, fill_schema
 from aijobs.providers.registry import PROVIDER_NAMES, get_provider
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
