@@ -107,7 +107,7 @@ def moto_stage() -> Iterator[Any]:
     from aijobs.observability import logger
     from aijobs.store.retention import write_retention
     from aijobs_cdk.stage_config import parse_stage_config
-    from aijobs_cli.moto_speedups import apply as apply_speedups
+    from aijobs_cli.moto_patches import apply as apply_speedups
     from aijobs_cli.resources import provision
     from tests.integration.harness import Clock, Stage
 
@@ -510,7 +510,7 @@ def write_profile(target: Path | None = None) -> Path:
 
 
 def write_trace(target: Path | None = None) -> Path:
-    from aijobs_cli.moto_speedups import apply as apply_speedups
+    from aijobs_cli.moto_patches import apply as apply_speedups
     from aijobs_cli.sizing.partition_trace import trace_path
     from tests.partition_sim import JOBS, measure
 

@@ -43,10 +43,10 @@ def _fake_aws_credentials() -> None:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     # X-Ray is a Lambda-side concern; outside Lambda the tracer must stay off.
     os.environ["POWERTOOLS_TRACE_DISABLED"] = "true"
-    # moto's slow paths (rollback copies, partition-wide query sorts): see aijobs_cli.moto_speedups.
-    from aijobs_cli import moto_speedups
+    # moto's slow paths (rollback copies, partition-wide query sorts): see aijobs_cli.moto_patches.
+    from aijobs_cli import moto_patches
 
-    moto_speedups.apply()
+    moto_patches.apply()
 
 
 @pytest.fixture(autouse=True)

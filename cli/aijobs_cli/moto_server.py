@@ -104,7 +104,7 @@ def serve(host: str, port: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from moto.server import ThreadedMotoServer
 
-    from aijobs_cli import moto_speedups
+    from aijobs_cli import moto_patches as moto_speedups
 
     moto_speedups.apply()  # patch 7 among them: DynamoDB requests take turns
     # One thread per connection: a request that waits to read or write gives up the interpreter

@@ -134,7 +134,7 @@ def sqs_on(clock: Clock) -> Iterator[None]:
     zero visibility timeout pass (moto's SQS shows a message only once its time is past)."""
     from moto.sqs import models as sqs_models
 
-    models: Any = sqs_models  # the module's clock, as aijobs_cli.moto_speedups sets it
+    models: Any = sqs_models  # the module's clock, as aijobs_cli.moto_patches.sqs_queue_attributes sets it
     wall = models.unix_time, models.unix_time_millis
 
     def unix_time(dt: Any = None) -> float:

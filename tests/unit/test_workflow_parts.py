@@ -21,7 +21,7 @@ from aijobs.errors import InvalidInputError
 from aijobs.store.jobs import split_allocation
 from aijobs.workflows import embedding_batch, image_batch, report
 from aijobs.workflows.base import MAX_FAILED_SHARE, Workflow
-from aijobs_cli import moto_speedups
+from aijobs_cli import moto_patches
 
 FAST = settings(max_examples=100, deadline=None)
 
@@ -446,7 +446,7 @@ def test_split_allocation_property(allocation: dict[str, int], keep: int) -> Non
         assert max(kept) <= min(back)
 
 
-# --- moto_speedups: moto's transaction rollback still works -------------------------------------
+# --- moto_patches: moto's transaction rollback still works --------------------------------------
 
 TABLE = "workflow-parts"
 OTHER = "workflow-parts-other"
@@ -454,7 +454,7 @@ OTHER = "workflow-parts-other"
 
 @pytest.fixture
 def dynamodb() -> Iterator[DynamoDBClient]:
-    moto_speedups.apply()  # the suite's conftest applies it too; idempotent
+    moto_patches.apply()  # the suite's conftest applies it too; idempotent
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         for name in (TABLE, OTHER):

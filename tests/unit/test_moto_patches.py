@@ -1,5 +1,6 @@
-"""aijobs_cli.moto_speedups answers as moto does: every patched path is run against moto's own
-code (moto_speedups.ORIGINALS) on the same data, and the answers compared whole."""
+"""aijobs_cli.moto_patches answers as moto does: every patched path is run against moto's own
+code (moto_patches.ORIGINALS) on the same data, and the answers compared whole; and every patch
+module declares the moto release it was written for and its upstream reference."""
 
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from moto.dynamodb.models import table as table_module
 from moto.dynamodb.models.dynamo_type import DynamoType
 from mypy_boto3_dynamodb import DynamoDBClient
 
-from aijobs_cli import moto_speedups
+from aijobs_cli import moto_patches
+from aijobs_cli.moto_patches import (
+    dynamodb_query_table_key,
+    dynamodb_transaction_rollback,
+    dynamodb_update_expressions,
+    sqs_queue_attributes,
+)
 
 # moto's parsing modules are untyped (`# type: ignore`): looked up as plain modules.
 ast_nodes: Any = importlib.import_module("moto.dynamodb.parsing.ast_nodes")
@@ -37,7 +44,7 @@ ACCOUNT, REGION = "123456789012", "us-east-1"
 
 @pytest.fixture
 def dynamodb() -> Iterator[DynamoDBClient]:
-    moto_speedups.apply()  # the suite's conftest applies it too; idempotent
+    moto_patches.apply()  # the suite's conftest applies it too; idempotent
     with mock_aws():
         client = boto3.client("dynamodb", region_name=REGION)
         client.create_table(
@@ -91,23 +98,23 @@ def moto_as_is(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Call to put moto's own query, index walk and transactions back (for this test only)."""
 
     def restore() -> None:
-        monkeypatch.setattr(table_module.Table, "query", moto_speedups.ORIGINALS["Table.query"])
-        monkeypatch.setattr(table_module.Table, "all_items", moto_speedups.ORIGINALS["Table.all_items"])
+        monkeypatch.setattr(table_module.Table, "query", moto_patches.ORIGINALS["Table.query"])
+        monkeypatch.setattr(table_module.Table, "all_items", moto_patches.ORIGINALS["Table.all_items"])
         monkeypatch.setattr(
             models.DynamoDBBackend,
             "transact_write_items",
-            moto_speedups.ORIGINALS["DynamoDBBackend.transact_write_items"],
+            moto_patches.ORIGINALS["DynamoDBBackend.transact_write_items"],
         )
         parser, validator = expressions.UpdateExpressionParser, validators.UpdateExpressionValidator
-        monkeypatch.setattr(parser, "make", moto_speedups.ORIGINALS["UpdateExpressionParser.make"])
+        monkeypatch.setattr(parser, "make", moto_patches.ORIGINALS["UpdateExpressionParser.make"])
         for name in ("__init__", "validate"):
-            monkeypatch.setattr(validator, name, moto_speedups.ORIGINALS[f"UpdateExpressionValidator.{name}"])
-        monkeypatch.setattr(validators, "deepcopy", moto_speedups.ORIGINALS["validators.deepcopy"])
+            monkeypatch.setattr(validator, name, moto_patches.ORIGINALS[f"UpdateExpressionValidator.{name}"])
+        monkeypatch.setattr(validators, "deepcopy", moto_patches.ORIGINALS["validators.deepcopy"])
 
     return restore
 
 
-# --- 1. transactions: a failure rolls every write back, from copies of the items alone -----------
+# --- dynamodb_transaction_rollback: a failure rolls every write back, from copies of the items ---
 
 
 def _seed(client: DynamoDBClient) -> None:
@@ -201,7 +208,7 @@ def test_a_transaction_that_succeeds_writes_what_moto_writes(
 
 
 class _CountingCopy:
-    """Stands in for `copy` inside moto_speedups, counting deep copies of whole tables."""
+    """Stands in for `copy` inside dynamodb_transaction_rollback, counting deep copies of whole tables."""
 
     def __init__(self) -> None:
         self.tables = 0
@@ -220,7 +227,7 @@ def test_no_table_is_copied_for_a_transaction(
 ) -> None:
     _seed(dynamodb)
     counting = _CountingCopy()
-    monkeypatch.setattr(moto_speedups, "copy", counting)
+    monkeypatch.setattr(dynamodb_transaction_rollback, "copy", counting)
     puts: Any = [_put("u1", f"new{n}") for n in range(6)]
     dynamodb.transact_write_items(TransactItems=puts)
     _run_failing(dynamodb, FAILING["a condition fails last"])
@@ -250,19 +257,20 @@ def test_a_rollback_keeps_what_others_wrote_meanwhile(
 def test_no_request_writes_an_item_while_a_transaction_naming_it_runs(
     dynamodb: DynamoDBClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Patch 7: a failing transaction puts back the items it named as they were when it started. A
-    write to one of them by another request before the transaction ends must not be erased: the
-    other request waits for the transaction (DynamoDB's isolation), then writes."""
+    """dynamodb_request_isolation: a failing transaction puts back the items it named as they were
+    when it started. A write to one of them by another request before the transaction ends must
+    not be erased: the other request waits for the transaction (DynamoDB's isolation), then
+    writes."""
     _seed(dynamodb)
     paused, resume = threading.Event(), threading.Event()
-    restore = moto_speedups._restore
+    restore = dynamodb_transaction_rollback._restore
 
     def restore_later(saved: Any) -> None:  # the transaction has failed and is about to roll back
         paused.set()
         resume.wait(timeout=30)
         restore(saved)
 
-    monkeypatch.setattr(moto_speedups, "_restore", restore_later)
+    monkeypatch.setattr(dynamodb_transaction_rollback, "_restore", restore_later)
     errors: list[BaseException] = []
 
     def run(action: Callable[[], Any]) -> threading.Thread:
@@ -310,7 +318,7 @@ def test_a_table_with_a_stream_is_rolled_back_with_its_records(dynamodb: DynamoD
     assert len(_moto_table(STREAMED).stream_shard.items) == records
 
 
-# --- 2. and 3. queries: moto's answers, page by page ---------------------------------------------
+# --- dynamodb_query_table_key and dynamodb_query_index: moto's answers, page by page -------------
 
 
 def _fill(client: DynamoDBClient, rng: random.Random) -> None:
@@ -390,14 +398,14 @@ def test_table_queries_answer_as_moto_does(
 ) -> None:
     _fill(dynamodb, random.Random(7))
     fast = []
-    real_fast_query = moto_speedups._fast_query
+    real_fast_query = dynamodb_query_table_key._fast_query
 
     def counting_fast_query(*args: Any, **kwargs: Any) -> Any:
         answer = real_fast_query(*args, **kwargs)
         fast.append(answer is not None)
         return answer
 
-    monkeypatch.setattr(moto_speedups, "_fast_query", counting_fast_query)
+    monkeypatch.setattr(dynamodb_query_table_key, "_fast_query", counting_fast_query)
     # Every condition, direction and Limit on one partition, page by page; a seeded sample of the
     # rest (other partitions, start keys, filters, projections).
     everything = [variant for query in _queries() for variant in _variants(query)]
@@ -483,9 +491,9 @@ def test_index_queries_answer_as_moto_does(dynamodb: DynamoDBClient, moto_as_is:
 
 
 def test_a_copied_partition_keeps_its_own_sorted_keys() -> None:
-    moto_speedups.apply()
+    moto_patches.apply()
     key = DynamoType
-    partition = moto_speedups._SortedPartition()
+    partition = dynamodb_query_table_key._SortedPartition()
     for sk in ("b", "a", "c"):
         partition[key({"S": sk})] = sk
     assert partition.sorted_keys() is not None
@@ -497,12 +505,12 @@ def test_a_copied_partition_keeps_its_own_sorted_keys() -> None:
     assert dict(clone) == {key({"S": s}): s for s in "0abc"}
 
 
-# --- 4. request routing --------------------------------------------------------------------------
+# --- server_module_listing: request routing -------------------------------------------------------
 
 
 def test_moto_lists_its_services_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    moto_speedups.apply()
-    expected = list(moto_speedups.ORIGINALS["list_of_moto_modules"]())
+    moto_patches.apply()
+    expected = list(moto_patches.ORIGINALS["list_of_moto_modules"]())
     assert "dynamodb" in expected
     listed: list[str] = []
 
@@ -516,7 +524,7 @@ def test_moto_lists_its_services_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert listed == []
 
 
-# --- 5. update expressions: moto's answers and errors, with parses and value-free checks reused --
+# --- dynamodb_update_expressions: moto's answers and errors, parses and value-free checks reused --
 
 
 def _update_item(pk: str, expression: str, names: dict[str, str], **values: Any) -> dict[str, Any]:
@@ -638,10 +646,10 @@ def _shape(root: Any) -> Any:
 
 
 def test_a_parsed_tree_is_cloned_as_deepcopy_copies_it(dynamodb: DynamoDBClient) -> None:
-    original_make = moto_speedups.ORIGINALS["UpdateExpressionParser.make"].__func__
+    original_make = moto_patches.ORIGINALS["UpdateExpressionParser.make"].__func__
     for request in UPDATES[:-1]:
         tree = original_make(expressions.UpdateExpressionParser, request["UpdateExpression"])
-        clone = moto_speedups._clone_tree(tree)
+        clone = dynamodb_update_expressions._clone_tree(tree)
         assert clone is not None
         assert _shape(clone) == _shape(copy.deepcopy(tree))
         assert not {id(node) for node in _nodes(clone)} & {id(node) for node in _nodes(tree)}
@@ -660,21 +668,21 @@ def test_moto_never_changes_a_parsed_tree_it_is_handed(dynamodb: DynamoDBClient)
         _outcome(dynamodb, request)
     update = {key: value for key, value in UPDATES[0].items() if key != "ReturnValues"}
     dynamodb.transact_write_items(TransactItems=[{"Update": update}])  # type: ignore[typeddict-item]
-    original_make = moto_speedups.ORIGINALS["UpdateExpressionParser.make"].__func__
-    kept = moto_speedups._parsed_updates
+    original_make = moto_patches.ORIGINALS["UpdateExpressionParser.make"].__func__
+    kept = dynamodb_update_expressions._parsed_updates
     assert {request["UpdateExpression"] for request in UPDATES[:-1]} <= set(kept)
     for text, tree in kept.items():
         assert _shape(tree) == _shape(original_make(expressions.UpdateExpressionParser, text)), text
 
 
-# --- 6. SQS queue attributes: built from what is asked, counted in one walk -----------------------
+# --- sqs_queue_attributes: built from what is asked, counted in one walk --------------------------
 
 
 @pytest.fixture
 def queues() -> Iterator[dict[str, str]]:
     """Queues of every shape moto gives attributes to, holding messages in every state: waiting,
     in flight, delayed. Name -> URL."""
-    moto_speedups.apply()
+    moto_patches.apply()
     with mock_aws():
         sqs = boto3.client("sqs", region_name=REGION)
         dlq = sqs.create_queue(QueueName="dead")["QueueUrl"]
@@ -719,7 +727,7 @@ def _sqs_backend() -> Any:
 
 def _moto_lookup(queue_name: str, names: list[str]) -> Any:
     try:
-        return moto_speedups.ORIGINALS["SQSBackend.get_queue_attributes"](_sqs_backend(), queue_name, names)
+        return moto_patches.ORIGINALS["SQSBackend.get_queue_attributes"](_sqs_backend(), queue_name, names)
     except Exception as error:  # compared with the patched lookup's error below
         return type(error), str(error)
 
@@ -734,11 +742,12 @@ def _patched_lookup(queue_name: str, names: list[str]) -> Any:
 def test_queue_attributes_are_motos(queues: dict[str, str]) -> None:
     for name in queues:
         queue = _sqs_backend().get_queue(name)
-        expected = moto_speedups.ORIGINALS["Queue.attributes"].fget(queue)
+        expected = moto_patches.ORIGINALS["Queue.attributes"].fget(queue)
         assert list(queue.attributes.items()) == list(expected.items()), name
     counts = _sqs_backend().get_queue("plain").attributes
     # Waiting, in flight and delayed are all there, so the counts are compared on something.
-    assert [int(counts[n]) for n in moto_speedups._SQS_COUNTS] == [4, 1, 2]  # waiting, delayed, in flight
+    waiting_delayed_in_flight = [int(counts[n]) for n in sqs_queue_attributes._SQS_COUNTS]
+    assert waiting_delayed_in_flight == [4, 1, 2]
 
 
 def test_named_attribute_lookups_answer_as_moto_does(queues: dict[str, str]) -> None:
@@ -789,16 +798,16 @@ def test_a_named_lookup_does_not_walk_the_messages(queues: dict[str, str]) -> No
 
 
 def test_moto_sqs_clock_reads_the_same_time() -> None:
-    moto_speedups.apply()
+    moto_patches.apply()
     from moto.sqs import models as sqs_models
 
-    moto_millis = moto_speedups.ORIGINALS["sqs.unix_time_millis"]
+    moto_millis = moto_patches.ORIGINALS["sqs.unix_time_millis"]
     before = moto_millis()
     now = sqs_models.unix_time_millis()  # type: ignore[attr-defined]
     after = moto_millis()
     assert before - 1 <= now <= after + 1  # moto's clock has microseconds: 1 ms either side
     moment = datetime(2026, 11, 30, 12, 0, 0)
-    assert sqs_models.unix_time(moment) == moto_speedups.ORIGINALS["sqs.unix_time"](moment)  # type: ignore[attr-defined]
+    assert sqs_models.unix_time(moment) == moto_patches.ORIGINALS["sqs.unix_time"](moment)  # type: ignore[attr-defined]
     assert sqs_models.unix_time_millis(moment) == moto_millis(moment)  # type: ignore[attr-defined]
 
 
@@ -817,7 +826,7 @@ class _Crowded:
 
 
 def test_pending_message_groups_survive_a_receive_on_another_thread() -> None:
-    moto_speedups.apply()
+    moto_patches.apply()
     from moto.sqs import models as sqs_models
 
     class Queue:
@@ -825,7 +834,7 @@ def test_pending_message_groups_survive_a_receive_on_another_thread() -> None:
             self._pending_messages: set[Any] = set()
             self._pending_messages.add(_Crowded(self._pending_messages, "first"))
 
-    moto_property = moto_speedups.ORIGINALS["Queue.pending_message_groups"]
+    moto_property = moto_patches.ORIGINALS["Queue.pending_message_groups"]
     with pytest.raises(RuntimeError, match="Set changed size during iteration"):
         moto_property.fget(Queue())
     assert sqs_models.Queue.pending_message_groups.fget(Queue()) == {"first"}  # type: ignore[attr-defined]
@@ -840,17 +849,38 @@ def test_the_patches_apply_only_to_the_moto_release_they_were_written_for(
 ) -> None:
     from importlib import metadata
 
-    assert metadata.version("moto") == moto_speedups.MOTO_VERSION  # the pin and the constant agree
+    assert metadata.version("moto") == moto_patches.MOTO_VERSION  # the pin and the constant agree
     pinned = (Path(__file__).resolve().parents[2] / "requirements/dev.in").read_text()
-    assert f"moto[server]=={moto_speedups.MOTO_VERSION}" in pinned
-    monkeypatch.setattr(moto_speedups, "_applied", False)
+    assert f"moto[server]=={moto_patches.MOTO_VERSION}" in pinned
+    monkeypatch.setattr(moto_patches, "_applied", False)
     monkeypatch.setattr(metadata, "version", lambda _name: "9.9.9")
 
     def patched(*_args: Any) -> None:
         raise AssertionError("a patch was installed on a moto release it was not written for")
 
-    monkeypatch.setattr(moto_speedups, "_patch_transactions", patched)
-    monkeypatch.setattr(moto_speedups, "_patch_pending_groups", patched)
+    for patch in moto_patches.PATCHES:
+        monkeypatch.setattr(patch, "install", patched)
     with pytest.warns(RuntimeWarning, match="moto 9.9.9 is installed"):
-        moto_speedups.apply()
-    moto_speedups.apply()  # once per process: no second warning, nothing installed
+        moto_patches.apply()
+    moto_patches.apply()  # once per process: no second warning, nothing installed
+
+
+@pytest.mark.parametrize("patch", moto_patches.PATCHES, ids=lambda patch: patch.__name__.rsplit(".", 1)[-1])
+def test_every_patch_declares_its_moto_release_and_upstream_reference(patch: Any) -> None:
+    """Each module names the moto release it was written for (the guard checks it) and where the
+    problem stands upstream: a getmoto/moto issue or pull request, or the issue we would file."""
+    name = patch.__name__.rsplit(".", 1)[-1]
+    assert patch.MOTO_VERSION == moto_patches.MOTO_VERSION
+    assert callable(patch.install)
+    docstring = patch.__doc__ or ""
+    assert f"Written for moto MOTO_VERSION ({patch.MOTO_VERSION})" in docstring
+    assert patch.UPSTREAM == "not reported upstream" or patch.UPSTREAM.startswith(
+        ("https://github.com/getmoto/moto/issues/", "https://github.com/getmoto/moto/pull/")
+    )
+    if patch.UPSTREAM == "not reported upstream":
+        assert "Upstream: not reported upstream" in docstring
+    else:
+        number = patch.UPSTREAM.rsplit("/", 1)[-1]
+        assert f"getmoto/moto#{number}" in docstring
+    page = (Path(__file__).resolve().parents[2] / "docs/reference/moto-patches.md").read_text()
+    assert f"`{name}`" in page  # its paragraph: what it changes, upstream or not, the issue text

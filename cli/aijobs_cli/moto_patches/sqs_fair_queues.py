@@ -16,6 +16,10 @@ a group with more than `NOISY_SHARE` of them is noisy; waiting messages of quiet
 messages without a group keep moto's order. AWS's real thresholds are approximate and also weigh
 processing time; the test of per-tenant fairness depends only on "a quiet tenant's waiting message
 is delivered before a noisy tenant's backlog", which is the documented guarantee.
+
+Written for moto MOTO_VERSION (5.2.5). Upstream: getmoto/moto#9146 (closed) made moto accept a
+`MessageGroupId` on a standard queue; the fair delivery order itself is not reported upstream (see
+docs/reference/moto-patches.md for the issue we would file).
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Any
 
+#: The moto release this patch was written for (aijobs_cli.moto_patches checks it).
+MOTO_VERSION = "5.2.5"
+UPSTREAM = "https://github.com/getmoto/moto/issues/9146"
+
 #: Deliveries per queue the emulation remembers, and the share of them that makes a group noisy.
 WINDOW = 100
 NOISY_SHARE = 0.10
 
-_applied = False
 _RECENT = "_aijobs_recent_groups"  # on each moto Queue: the groups of its last WINDOW deliveries
 
 
@@ -48,16 +55,16 @@ def _fair_order(queue: Any, visible: list[Any]) -> list[Any]:
     return sorted(visible, key=rank)  # stable: arrival order within a rank
 
 
-def apply() -> None:
-    """Install the emulation (idempotent)."""
-    global _applied
-    if _applied:
-        return
+def install(originals: dict[str, Any]) -> None:
+    """Record moto's Queue.messages and SQSBackend.receive_message in `originals`, then install
+    the emulation."""
     from moto.sqs import models as sqs_models
 
     models: Any = sqs_models  # patched in place: typed loosely on purpose
     original_messages = models.Queue.messages
     original_receive = models.SQSBackend.receive_message
+    originals.setdefault("Queue.messages", models.Queue.__dict__["messages"])
+    originals.setdefault("SQSBackend.receive_message", original_receive)
 
     def messages(self: Any) -> list[Any]:
         visible: list[Any] = original_messages.fget(self)
@@ -76,4 +83,3 @@ def apply() -> None:
 
     models.Queue.messages = property(messages)
     models.SQSBackend.receive_message = receive_message
-    _applied = True
