@@ -117,9 +117,10 @@ def _restore(saved: list[_Saved]) -> None:
 def install(originals: dict[str, Any]) -> None:
     """Record moto's transact_write_items in `originals`, then replace it."""
     global _table_class
-    from moto.dynamodb import models
+    from moto.dynamodb import models as dynamodb_models
     from moto.dynamodb.models import table
 
+    models: Any = dynamodb_models  # patched in place: typed loosely on purpose
     original = models.DynamoDBBackend.transact_write_items
     originals.setdefault("DynamoDBBackend.transact_write_items", original)
     _table_class = table.Table
