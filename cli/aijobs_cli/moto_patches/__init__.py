@@ -10,7 +10,7 @@ would file), and has one `install(originals)`. `apply()` is the one entry point:
 all, in `PATCHES` order, once per process, and only when the installed moto is the release every
 one of them was written for (MOTO_VERSION here, pinned in requirements/dev.in); on any other it
 warns and installs none, since each replaces a moto internal that may have changed
-(tests/unit/test_moto_patches.py runs every patched path against moto's own). Upgrading moto:
+(tests/unit/test_moto_patches*.py run every patched path against moto's own). Upgrading moto:
 re-read each patch against the new release's code, then move the pin and every MOTO_VERSION
 together.
 """
