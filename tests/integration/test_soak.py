@@ -14,15 +14,11 @@ from aijobs.domain import JobStatus
 from aijobs.observability import logger
 from aijobs.providers.local_directives import SimulatedCrash
 from aijobs_cli.main import app
-from aijobs_cli.soak import (
-    CANCELLED,
-    DEAD_LETTERED,
-    FAULTS,
-    INVARIANTS,
-    LocalSoakTarget,
-    SoakReport,
-    run_soak,
-)
+from aijobs_cli.soak.checks import INVARIANTS
+from aijobs_cli.soak.report import SoakReport
+from aijobs_cli.soak.run import run_soak
+from aijobs_cli.soak.targets import LocalSoakTarget
+from aijobs_cli.soak.workload import CANCELLED, DEAD_LETTERED, FAULTS
 from tests.integration.harness import Stage, restored_process_state
 
 pytestmark = pytest.mark.integration

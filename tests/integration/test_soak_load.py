@@ -13,17 +13,10 @@ from typer.testing import CliRunner
 
 from aijobs.observability import logger
 from aijobs_cli.main import app
-from aijobs_cli.soak import (
-    FAULTS,
-    LoadPlan,
-    LocalSoakTarget,
-    Pacer,
-    SoakJob,
-    counted_spend,
-    fetch_metrics,
-    run_soak,
-    throttle_queries,
-)
+from aijobs_cli.soak.load import LoadPlan, Pacer, counted_spend, fetch_metrics, throttle_queries
+from aijobs_cli.soak.run import run_soak
+from aijobs_cli.soak.targets import LocalSoakTarget
+from aijobs_cli.soak.workload import FAULTS, SoakJob
 from aijobs_cli.target import Target
 from tests.integration.harness import restored_process_state
 

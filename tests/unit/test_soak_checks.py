@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from aijobs_cli.soak import (
+from aijobs_cli.soak.checks import _charge_due, _check_dead_letters
+from aijobs_cli.soak.observed import ChildState, DeadLetterState
+from aijobs_cli.soak.report import _backlog_note, _longest_wait
+from aijobs_cli.soak.workload import (
     CANCELLED,
     FAILED_FINAL,
     FAULTS,
     SUCCEEDED,
     WORKFLOW_KIND,
     WORKFLOW_PARTS,
-    ChildState,
-    DeadLetterState,
     SoakJob,
-    _backlog_note,
-    _charge_due,
-    _check_dead_letters,
-    _longest_wait,
 )
 
 FAULT = {fault.name: fault for fault in FAULTS}

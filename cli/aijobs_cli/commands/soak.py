@@ -1,4 +1,4 @@
-"""`aijobs soak`: the chaos soak and paced load test over aijobs_cli.soak."""
+"""`aijobs soak`: the chaos soak and paced load test over the aijobs_cli.soak package."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from aijobs_cli.commands._common import (
 )
 
 if TYPE_CHECKING:
-    from aijobs_cli.soak import SoakReport, SoakTarget
+    from aijobs_cli.soak.report import SoakReport
+    from aijobs_cli.soak.targets import SoakTarget
 from aijobs_cli.target import TargetError
 
 # --- chaos soak ----------------------------------------------------------------------------------
@@ -71,7 +72,9 @@ def soak(
     """
     from aijobs.observability import logger
     from aijobs_cli.sizing.capacity import stage_inputs
-    from aijobs_cli.soak import LoadPlan, LocalSoakTarget, run_soak
+    from aijobs_cli.soak.load import LoadPlan
+    from aijobs_cli.soak.run import run_soak
+    from aijobs_cli.soak.targets import LocalSoakTarget
 
     if not verbose:
         logger.setLevel("CRITICAL")
@@ -116,7 +119,7 @@ def _deployed_target(
     """The deployed stage to soak (with AWS access when --stack names it) and its capacity inputs
     (from the local copy of its stage file, when there is one)."""
     from aijobs_cli.sizing.capacity import stage_inputs
-    from aijobs_cli.soak import DeployedSoakTarget
+    from aijobs_cli.soak.targets import DeployedSoakTarget
 
     target: SoakTarget
     aws_target = _target(None, api_url, api_key, stack, profile, region) if stack else None
@@ -139,7 +142,7 @@ def _deployed_target(
 
 def _print_report(report: SoakReport) -> None:
     """The invariants, each fault's outcomes, the figures, examples, notes and the load."""
-    from aijobs_cli.soak import INVARIANTS
+    from aijobs_cli.soak.checks import INVARIANTS
 
     table = Table("invariant", "count", "means")
     for name, count in report.invariants.items():
