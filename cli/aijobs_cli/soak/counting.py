@@ -25,7 +25,7 @@ from aijobs.providers.base import (
     TextResult,
     VideoRequest,
 )
-from aijobs.providers.local import SimulatedCrash
+from aijobs.providers.local_directives import SimulatedCrash
 from aijobs.settings import ConsumerSettings
 from aijobs_cli.soak.workload import SUCCEEDED
 
