@@ -17,7 +17,7 @@ from aijobs.scheduled.maintenance import run_maintenance
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS, ScheduledHandler
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
-from aijobs.store.jobs import JobKey
+from aijobs.store.job_items import JobKey
 from aijobs.store.retention import RetentionConfigError, write_retention
 from aijobs_cli.esm import LambdaContext
 from tests.integration.harness import Stage, schedule_event

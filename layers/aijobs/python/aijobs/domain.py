@@ -83,7 +83,7 @@ class Job(BaseModel):
     # The error class that ended the job before its last operator re-run (the last error is the
     # new run's own).
     previous_error_class: str | None = None
-    # The last ATTEMPT_LOG_SIZE ends of attempts (aijobs.store.jobs.attempt_entry), oldest first:
+    # The last ATTEMPT_LOG_SIZE ends of attempts (aijobs.store.attempt_log.attempt_entry), oldest first:
     # the operator console's timeline. Kept across re-runs.
     attempt_log: list[dict[str, Any]] = Field(default_factory=list)
     # Credits: the price reserved at submit, and whether it was settled or refunded since.

@@ -31,7 +31,8 @@ from aijobs.store.dead_letter_records import (
     mark_rerun,
     settle,
 )
-from aijobs.store.jobs import PHASE_CHILDREN, JobStore
+from aijobs.store.job_items import PHASE_CHILDREN
+from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
 from aijobs.workflows.fanin import MERGE_HOLD, try_merge
 

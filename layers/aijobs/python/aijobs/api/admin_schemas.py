@@ -10,8 +10,8 @@ from pydantic import BeforeValidator, ConfigDict, Field
 
 from aijobs.api.schemas import ApiModel
 from aijobs.domain import JobStatus
+from aijobs.store.attempt_log import attempt_history
 from aijobs.store.dead_letter_records import Resolution
-from aijobs.store.jobs import attempt_history
 
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d([T ]\d\d:\d\d.*)?")
 
@@ -195,5 +195,5 @@ class SpendView(ApiModel):
 
 
 def attempt_views(log: list[dict[str, Any]]) -> list[AttemptView]:
-    """The row's compact attempt log (aijobs.store.jobs) as the API shows it."""
+    """The row's compact attempt log (aijobs.store.attempt_log) as the API shows it."""
     return [AttemptView.model_validate(entry) for entry in attempt_history(log)]

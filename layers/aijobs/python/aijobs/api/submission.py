@@ -43,7 +43,8 @@ from aijobs.observability import METRIC_ACCEPTED, emit, logger
 from aijobs.provider_plan import KindPlan
 from aijobs.queues import JobQueues
 from aijobs.spend import HOLD_SECONDS, SpendBrake
-from aijobs.store.jobs import PHASE_SPLIT, IdempotencyKeyExists, JobStore
+from aijobs.store.job_items import PHASE_SPLIT
+from aijobs.store.jobs import IdempotencyKeyExists, JobStore
 from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import UPLOAD_RULES, ResultStore, input_ref_is_owned, kind_input_cap
 from aijobs.store.tenants import Directory, Principal
@@ -305,7 +306,7 @@ class JobSubmission:
             self._check_callback(principal, request.callbackUrl)
         check_idempotency_key(idempotency_key)
         if request.input is not None:
-            # The bytes the row stores (aijobs.store.jobs): the client's characters, never escaped.
+            # The bytes the row stores (aijobs.store.job_items): the client's characters, never escaped.
             size = len(json.dumps(request.input, separators=(",", ":"), ensure_ascii=False).encode())
             if size > self.max_inline_input_bytes:
                 raise PayloadTooLargeError(

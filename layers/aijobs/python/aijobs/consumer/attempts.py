@@ -56,7 +56,8 @@ from aijobs.pricing import spend
 from aijobs.providers.base import Provider, ProviderResult
 from aijobs.queues import MAX_SEND_DELAY_SECONDS, JobQueues
 from aijobs.spend import HOLD_SECONDS, SpendBrake, Verdict
-from aijobs.store.jobs import PHASE_MERGE, JobKey, JobStore
+from aijobs.store.job_items import PHASE_MERGE, JobKey
+from aijobs.store.jobs import JobStore
 from aijobs.store.keys import is_child_id
 from aijobs.store.results import ResultStore
 from aijobs.store.tenants import Directory

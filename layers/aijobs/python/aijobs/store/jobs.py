@@ -12,15 +12,27 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from aijobs.domain import Job, JobStatus, utcnow
 from aijobs.errors import MalformedRequestError, TransitionConflict
+from aijobs.store.attempt_log import attempt_log_update, clip
 from aijobs.store.credits import CreditLedger
+from aijobs.store.job_items import (
+    CHARGE_REFUNDED,
+    CHARGE_RESERVED,
+    CHARGE_SETTLED,
+    PHASE_CHILDREN,
+    PHASE_MERGE,
+    JobKey,
+    deserialize_item,
+    gsi1pk,
+    job_from_item,
+    job_to_item,
+)
 from aijobs.store.keys import (
     PK,
     SK,
@@ -28,12 +40,10 @@ from aijobs.store.keys import (
     IndexBuckets,
     children_sk_prefix,
     idempotency_sk,
-    is_child_id,
     iso,
     job_sk,
     kind_status_pk,
     parent_status_pk,
-    parse_iso,
     query_buckets,
     user_pk,
     user_status_pk,
@@ -43,13 +53,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
-CHARGE_RESERVED, CHARGE_SETTLED, CHARGE_REFUNDED = "reserved", "settled", "refunded"
 _REFUND_ATTEMPTS = 3
 # A parent's settlement reads its children's counters; a child finishing meanwhile moves them.
 _SETTLE_ATTEMPTS = 8
 # DynamoDB's TransactWriteItems takes at most 100 actions.
 CHILD_WRITE_BATCH = 100
-PHASE_SPLIT, PHASE_CHILDREN, PHASE_MERGE = "split", "children", "merge"
 _RUNNABLE = (JobStatus.QUEUED.value, JobStatus.FAILED_RETRYABLE.value)
 # A held job's own copy, back after the hold, may beat its mark by this much (clocks differ), or
 # by half its hold when that is shorter: a duplicate arriving in between is still dropped.
@@ -112,7 +120,7 @@ class JobStore:
             {
                 "Put": {
                     "TableName": self.table_name,
-                    "Item": _to_item(job, self._buckets),
+                    "Item": job_to_item(job, self._buckets),
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
             }
@@ -175,7 +183,7 @@ class JobStore:
         item = self._table.get_item(Key={PK: user_pk(user_id), SK: job_sk(job_id)}, ConsistentRead=True).get(
             "Item"
         )
-        return _from_item(item) if item else None
+        return job_from_item(item) if item else None
 
     def list_jobs(
         self,
@@ -209,7 +217,7 @@ class JobStore:
         # A filter can leave a page short: keep reading until it is full or the data ends.
         while True:
             response = self._table.query(**query)
-            jobs.extend(_from_item(item) for item in response["Items"])
+            jobs.extend(job_from_item(item) for item in response["Items"])
             last_key = response.get("LastEvaluatedKey")
             if last_key is None or len(jobs) >= limit:
                 break
@@ -242,7 +250,7 @@ class JobStore:
             limit=limit,
             query=query,
         )
-        return [_from_item(item) for item in items]
+        return [job_from_item(item) for item in items]
 
     def newest_of_kind_status(
         self,
@@ -282,7 +290,7 @@ class JobStore:
             limit=limit + 1,  # BETWEEN includes `below` itself: one more, then it is dropped
             query=query,
         )
-        jobs = [job for job in map(_from_item, items) if position(job) != below]
+        jobs = [job for job in map(job_from_item, items) if position(job) != below]
         return jobs[:limit]
 
     def count_running(self, user_id: str, kind: str, *, now: datetime) -> int:
@@ -387,8 +395,8 @@ class JobStore:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
             old: dict[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
-            return None, _from_item(_deserialize(old)) if old else None
-        return _from_item(response["Attributes"]), None
+            return None, job_from_item(deserialize_item(old)) if old else None
+        return job_from_item(response["Attributes"]), None
 
     def claim_recheck(
         self, job: Job, *, now: datetime, lease: timedelta, check: str, counts_as_attempt: bool = False
@@ -465,7 +473,7 @@ class JobStore:
         }
         if job.charge_state == CHARGE_RESERVED and not job.is_parent:
             sets["charge_state"] = CHARGE_SETTLED
-        log_sets, log_values = _attempt_log_update(job, now, JobStatus.SUCCEEDED)
+        log_sets, log_values = attempt_log_update(job, now, JobStatus.SUCCEEDED)
         return self._finish(
             job, JobStatus.SUCCEEDED, now, condition=_OWN_CLAIM, sets=sets | log_sets,
             values=_claim_values(job) | log_values,
@@ -489,7 +497,7 @@ class JobStore:
         `task_ended`: the attempt found its asynchronous provider task ended `Failed`; the row
         forgets the task's handle (and its check count) and counts the task, so the retry starts
         a new task instead of checking the dead one again."""
-        log_sets, log_values = _attempt_log_update(job, now, JobStatus.FAILED_RETRYABLE, error_class, message)
+        log_sets, log_values = attempt_log_update(job, now, JobStatus.FAILED_RETRYABLE, error_class, message)
         if task_ended:
             log_sets |= {
                 "provider_handle": None,
@@ -503,7 +511,7 @@ class JobStore:
             condition=f"{_OWN_CLAIM} AND attribute_not_exists(cancel_requested_at)",
             sets={
                 "last_error_class": error_class,
-                "last_error_message": _clip(message),
+                "last_error_message": clip(message),
                 "next_attempt_at": iso(retry_at) if retry_at is not None else None,
                 **log_sets,
             },
@@ -542,7 +550,7 @@ class JobStore:
         sets: dict[str, Any] = {
             "finished_at": iso(now),
             "last_error_class": error_class,
-            "last_error_message": _clip(message),
+            "last_error_message": clip(message),
             "dead_lettered": True if dead_lettered else None,  # absent means False: rows stay lean
             "awaiting_provider": False,
             "recheck_id": None,
@@ -551,7 +559,7 @@ class JobStore:
         if not callback:
             sets["callbackUrl"] = None
             job = job.model_copy(update={"callback_url": None})
-        log_sets, log_values = _attempt_log_update(job, now, JobStatus.FAILED_FINAL, error_class, message)
+        log_sets, log_values = attempt_log_update(job, now, JobStatus.FAILED_FINAL, error_class, message)
         return self._finish(
             job, JobStatus.FAILED_FINAL, now, condition=condition, sets=sets | log_sets,
             values=values | log_values,
@@ -698,7 +706,7 @@ class JobStore:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
             return None
-        return _from_item(response["Attributes"])
+        return job_from_item(response["Attributes"])
 
     def release_expired_lease(self, job: Job, *, now: datetime, error_class: str) -> bool:
         """`running` whose lease expired (its consumer died) -> `failed_retryable`; False if it moved on."""
@@ -797,7 +805,7 @@ class JobStore:
                     {
                         "Put": {
                             "TableName": self.table_name,
-                            "Item": _to_item(child, self._buckets),
+                            "Item": job_to_item(child, self._buckets),
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     }
@@ -934,7 +942,7 @@ class JobStore:
             if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return None
             raise
-        return _from_item(response["Attributes"])
+        return job_from_item(response["Attributes"])
 
     def list_children(
         self,
@@ -968,7 +976,7 @@ class JobStore:
             if limit is not None:
                 query["Limit"] = limit - len(jobs)
             response = self._table.query(**query)
-            jobs.extend(_from_item(item) for item in response["Items"])
+            jobs.extend(job_from_item(item) for item in response["Items"])
             last_key = response.get("LastEvaluatedKey")
             if last_key is None or (limit is not None and len(jobs) >= limit):
                 break
@@ -1057,7 +1065,7 @@ class JobStore:
         """A prepared update of the row; TransitionConflict if its condition fails."""
         response = self._send(request, return_row=True, conflict=f"job {job.job_id}: update lost its race")
         assert response is not None
-        return _from_item(response["Attributes"])
+        return job_from_item(response["Attributes"])
 
     def _send(
         self, request: dict[str, Any], *, return_row: bool, conflict: str | None
@@ -1091,7 +1099,7 @@ class JobStore:
         )
         conflict = _lost_race(job, status, lost_race_returns_none)
         response = self._send(request, return_row=True, conflict=conflict)
-        return None if response is None else _from_item(response["Attributes"])
+        return None if response is None else job_from_item(response["Attributes"])
 
     def _transition_quietly(
         self,
@@ -1135,7 +1143,7 @@ class JobStore:
         expression_values: dict[str, Any] = {
             ":status": status.value,
             ":now_ts": iso(now),
-            ":gsi1pk": _gsi1pk(job, status),
+            ":gsi1pk": gsi1pk(job, status),
             ":gsi2pk": self._buckets.partition(kind_status_pk(job.kind, status.value), job.job_id),
             ":gsi2sk": f"{iso(now)}#{job.job_id}",
             **values,
@@ -1211,20 +1219,6 @@ def _lost_race(job: Job, status: JobStatus, returns_none: bool) -> str | None:
     return None if returns_none else f"job {job.job_id}: {job.status.value} -> {status.value} lost its race"
 
 
-@dataclass(frozen=True)
-class JobKey:
-    """What a queue message tells of a row: enough to address it and keep its index keys right."""
-
-    user_id: str
-    job_id: str
-    kind: str
-
-    @property
-    def parent_id(self) -> str | None:
-        """A child's parent, from its id (`<parent>.<part>`); None for any other job."""
-        return self.job_id.rsplit(".", 1)[0] if is_child_id(self.job_id) else None
-
-
 def _changed_between(after: str | None, before: str | None) -> tuple[str, dict[str, Any]]:
     """The `by_kind_status` key condition of a status partition (`:pk`, filled in per bucket) whose
     `gsi2sk` (`<updated_at>#<jobId>`) lies after `after` and before `before` (both inclusive when
@@ -1249,21 +1243,6 @@ def _claim_sets(now: datetime, lease: timedelta) -> dict[str, Any]:
         "next_attempt_at": None,
         "held_until": None,  # a hold (spend brake, tenant cap) ends when a copy claims the row
     }
-
-
-_DESERIALIZER = TypeDeserializer()
-
-
-def _deserialize(item: dict[str, Any]) -> dict[str, Any]:
-    """A low-level item (an error's `Item`, which the resource layer leaves as sent) as Python."""
-    return {name: _DESERIALIZER.deserialize(value) for name, value in item.items()}
-
-
-def _gsi1pk(job: Job | JobKey, status: JobStatus) -> str:
-    """A job's `by_user_status` partition: the owner's, or for a child its parent's children."""
-    if job.parent_id is not None:
-        return parent_status_pk(job.user_id, job.parent_id, status.value)
-    return user_status_pk(job.user_id, status.value)
 
 
 def split_allocation(allocation: dict[str, int], keep: int) -> tuple[dict[str, int], dict[str, int]]:
@@ -1307,212 +1286,6 @@ def _callback_pending(now: datetime) -> dict[str, Any]:
 
 def _claim_values(job: Job) -> dict[str, Any]:
     return {":running": JobStatus.RUNNING.value, ":claim_id": job.claim_id}
-
-
-# The attempt log on the row (`Job.attempt_log`): its last entries, each a few dozen bytes, since
-# every byte of a job row is paid on each of its writes and index entries (a first-try success stays
-# under 1 KB, one write unit). Entries are stored with one-letter names and epoch milliseconds:
-# `n` attempt, `o` outcome code, `t` end, `d` duration (the start is `t - d`), `e`/`m` error class
-# and message; `attempt_history` spells them out.
-ATTEMPT_LOG_SIZE = 20
-_LOG_MESSAGE_CHARS = 160
-_OUTCOME_CODES = {JobStatus.SUCCEEDED: "s", JobStatus.FAILED_RETRYABLE: "r", JobStatus.FAILED_FINAL: "f"}
-_OUTCOMES = {code: status.value for status, code in _OUTCOME_CODES.items()}
-
-
-def attempt_entry(
-    job: Job, now: datetime, outcome: JobStatus, error_class: str | None = None, message: str | None = None
-) -> dict[str, Any]:
-    """One end of an attempt, as stored. Only a running job's claim started the attempt that ends
-    here: a job finalized while it waited (dead-lettered, cancelled, by an operator) has no duration."""
-    entry: dict[str, Any] = {"n": job.attempts, "o": _OUTCOME_CODES[outcome], "t": _epoch_ms(now)}
-    if job.status is JobStatus.RUNNING and job.started_at is not None:
-        entry["d"] = max(0, _epoch_ms(now) - _epoch_ms(job.started_at))
-    if error_class is not None:
-        entry["e"] = error_class
-    if message is not None:
-        entry["m"] = _clip(message, _LOG_MESSAGE_CHARS)
-    return entry
-
-
-def attempt_history(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stored attempt log spelled out, oldest first: `attempt`, `outcome` (a status), `endedAt`,
-    and when known `startedAt`, `durationMs`, `errorClass`, `message` (ISO times)."""
-    history = []
-    for entry in log:
-        ended = int(entry["t"])
-        step: dict[str, Any] = {
-            "attempt": int(entry["n"]),
-            "outcome": _OUTCOMES.get(str(entry["o"]), str(entry["o"])),
-            "endedAt": iso(_from_epoch_ms(ended)),
-        }
-        if "d" in entry:
-            step["durationMs"] = int(entry["d"])
-            step["startedAt"] = iso(_from_epoch_ms(ended - int(entry["d"])))
-        if "e" in entry:
-            step["errorClass"] = str(entry["e"])
-        if "m" in entry:
-            step["message"] = str(entry["m"])
-        history.append(step)
-    return history
-
-
-def _epoch_ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
-
-
-def _from_epoch_ms(milliseconds: int) -> datetime:
-    return datetime.fromtimestamp(milliseconds / 1000, tz=UTC)
-
-
-def _attempt_log_update(
-    job: Job, now: datetime, outcome: JobStatus, error_class: str | None = None, message: str | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(sets, values) adding one entry to the row's attempt log in the transition's own update.
-
-    Under the bound the entry is appended (`list_append`: right whatever the row holds); at the
-    bound the log is rewritten from `job`'s copy, its oldest entries dropped."""
-    entry = attempt_entry(job, now, outcome, error_class, message)
-    if len(job.attempt_log) < ATTEMPT_LOG_SIZE:
-        expression = "list_append(if_not_exists(attempt_log, :no_log), :log_entry)"
-        return {"attempt_log": (expression, None)}, {":no_log": [], ":log_entry": [entry]}
-    return {"attempt_log": [*job.attempt_log[-(ATTEMPT_LOG_SIZE - 1) :], entry]}, {}
-
-
-def _clip(message: str, limit: int = 1000) -> str:
-    return message if len(message) <= limit else message[: limit - 1] + "…"
-
-
-def _to_item(job: Job, buckets: IndexBuckets) -> dict[str, Any]:
-    """A new job row with its index keys. JSON-ish fields are stored as strings (no Decimal trouble)."""
-    item: dict[str, Any] = {
-        PK: user_pk(job.user_id),
-        SK: job_sk(job.job_id),
-        "gsi1pk": _gsi1pk(job, job.status),
-        "gsi1sk": job_sk(job.job_id),
-        "gsi2pk": buckets.partition(kind_status_pk(job.kind, job.status.value), job.job_id),
-        "gsi2sk": f"{iso(job.updated_at)}#{job.job_id}",
-        "jobId": job.job_id,
-        "userId": job.user_id,
-        "kind": job.kind,
-        "status": job.status.value,
-        "provider": job.provider,
-        "attempts": job.attempts,
-        "created_at": iso(job.created_at),
-        "updated_at": iso(job.updated_at),
-        "awaiting_provider": False,
-    }
-    if job.options:
-        item["options_json"] = json.dumps(job.options)
-    if job.input is not None:
-        # UTF-8 as sent (DynamoDB counts a string's UTF-8 bytes): \uXXXX escapes would make a
-        # non-ASCII input up to three times its size, past what the API's inline limit measured.
-        item["input_json"] = json.dumps(job.input, separators=(",", ":"), ensure_ascii=False)
-    if job.input_ref is not None:
-        item["inputRef"] = job.input_ref
-    if job.model is not None:
-        item["model"] = job.model
-    # A row born `running` under its writer's own claim (a synchronous call, aijobs.api.service).
-    if job.claim_id is not None:
-        item["claim_id"] = job.claim_id
-    if job.started_at is not None:
-        item["started_at"] = iso(job.started_at)
-    if job.lease_expires_at is not None:
-        item["lease_expires_at"] = iso(job.lease_expires_at)
-    if job.cost is not None:
-        item["cost"] = str(job.cost)
-    if job.price:
-        item["price"] = job.price
-        item["charge_state"] = job.charge_state or CHARGE_RESERVED
-        item["charge_json"] = json.dumps(job.charge_allocation, sort_keys=True)
-    if job.parent_id is not None:
-        item["parentId"] = job.parent_id
-        item["part"] = job.part
-    if job.callback_url is not None:
-        item["callbackUrl"] = job.callback_url
-    if job.phase is not None:
-        item |= {
-            "phase": job.phase,
-            "children_split": 0,
-            "children_done": 0,
-            "children_succeeded": 0,
-            "children_failed": 0,
-            "base_price": job.base_price,
-            "child_price": job.child_price,
-        }
-    return item
-
-
-def _from_item(item: dict[str, Any]) -> Job:
-    def moment(name: str) -> datetime | None:
-        return parse_iso(str(item[name])) if item.get(name) else None
-
-    return Job(
-        job_id=str(item["jobId"]),
-        user_id=str(item["userId"]),
-        kind=str(item["kind"]),
-        status=JobStatus(str(item["status"])),
-        input=json.loads(item["input_json"]) if "input_json" in item else None,
-        input_ref=item.get("inputRef"),
-        options=json.loads(item.get("options_json", "{}")),
-        model=item.get("model"),
-        provider=str(item["provider"]),
-        attempts=int(item.get("attempts", 0)),
-        last_error_class=item.get("last_error_class"),
-        last_error_message=item.get("last_error_message"),
-        created_at=parse_iso(str(item["created_at"])),
-        updated_at=parse_iso(str(item["updated_at"])),
-        started_at=moment("started_at"),
-        finished_at=moment("finished_at"),
-        lease_expires_at=moment("lease_expires_at"),
-        awaiting_provider=bool(item.get("awaiting_provider", False)),
-        provider_checks=int(item.get("provider_checks", 0)),
-        provider_handle=item.get("provider_handle"),
-        provider_tasks=int(item.get("provider_tasks", 0)),
-        recheck_id=item.get("recheck_id"),
-        next_attempt_at=moment("next_attempt_at"),
-        held_until=moment("held_until"),
-        claim_id=item.get("claim_id"),
-        cancel_requested_at=moment("cancel_requested_at"),
-        result=json.loads(item["result_json"]) if "result_json" in item else None,
-        result_ref=item.get("result_ref"),
-        usage=json.loads(item.get("usage_json", "{}")),
-        cost=float(item["cost"]) if "cost" in item else None,
-        dead_lettered=bool(item.get("dead_lettered", False)),
-        reruns=int(item.get("reruns", 0)),
-        previous_error_class=item.get("previous_error_class"),
-        price=int(item.get("price", 0)),
-        charge_waived=bool(item.get("charge_waived", False)),
-        charge_state=item.get("charge_state"),
-        charge_allocation=json.loads(item.get("charge_json", "{}")),
-        parent_id=item.get("parentId"),
-        part=int(item["part"]) if "part" in item else None,
-        phase=item.get("phase"),
-        children_total=int(item["children_total"]) if "children_total" in item else None,
-        children_split=int(item.get("children_split", 0)),
-        children_done=int(item.get("children_done", 0)),
-        children_succeeded=int(item.get("children_succeeded", 0)),
-        children_failed=int(item.get("children_failed", 0)),
-        failures_allowed=int(item.get("failures_allowed", 0)),
-        base_price=int(item.get("base_price", 0)),
-        child_price=int(item.get("child_price", 0)),
-        callback_url=item.get("callbackUrl"),
-        callback_state=item.get("callback_state"),
-        callback_attempts=int(item.get("callback_attempts", 0)),
-        callback_status=int(item["callback_status"]) if "callback_status" in item else None,
-        callback_error=item.get("callback_error"),
-        callback_at=moment("callback_at"),
-        attempt_log=[_log_entry(entry) for entry in item.get("attempt_log", [])],
-    )
-
-
-def _log_entry(entry: Any) -> dict[str, Any]:
-    """An attempt log entry as stored (DynamoDB numbers are Decimals) back to plain values."""
-    return {name: int(value) if name in ("n", "t", "d") else value for name, value in entry.items()}
-
-
-# Public for the other readers of job rows (aijobs.webhooks.rows).
-job_from_item = _from_item
 
 
 def _encode_cursor(key: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from aijobs.domain import Job, JobStatus
-from aijobs.store.jobs import job_from_item
+from aijobs.store.job_items import job_from_item
 from aijobs.store.keys import PK, SK, IndexBuckets, iso, job_sk, kind_status_pk, user_pk
 from aijobs.webhooks.messages import DELIVERED, FAILED, PENDING
 

@@ -23,7 +23,8 @@ from aijobs.kinds.context import JobContext, input_value
 from aijobs.observability import logger
 from aijobs.providers.base import ProviderResult
 from aijobs.queues import JobQueues
-from aijobs.store.jobs import CHILD_WRITE_BATCH, PHASE_CHILDREN, PHASE_MERGE, JobStore
+from aijobs.store.job_items import PHASE_CHILDREN, PHASE_MERGE
+from aijobs.store.jobs import CHILD_WRITE_BATCH, JobStore
 from aijobs.store.keys import MAX_CHILDREN, child_job_id
 from aijobs.workflows.base import (
     ChildrenFailedError,
