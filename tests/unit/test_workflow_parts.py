@@ -18,7 +18,7 @@ from mypy_boto3_dynamodb import DynamoDBClient
 from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
 from aijobs.errors import InvalidInputError
-from aijobs.store.jobs import split_allocation
+from aijobs.store.job_finish import split_allocation
 from aijobs.workflows import embedding_batch, image_batch, report
 from aijobs.workflows.base import MAX_FAILED_SHARE, Workflow
 from aijobs_cli import moto_patches

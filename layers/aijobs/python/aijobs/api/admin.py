@@ -44,7 +44,7 @@ from aijobs.errors import (
 from aijobs.observability import logger
 from aijobs.operator import Operator
 from aijobs.store.dead_letter_records import DeadLetterStatus
-from aijobs.store.jobs import position
+from aijobs.store.job_queries import position
 from aijobs.store.keys import iso
 from aijobs.store.spend import SpendRecords
 from aijobs.store.tenants import Directory, Principal

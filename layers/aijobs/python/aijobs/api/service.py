@@ -60,7 +60,9 @@ from aijobs.pricing import spend
 from aijobs.provider_plan import CLASSIFY, KindPlan
 from aijobs.providers.base import Provider
 from aijobs.spend import day_of
-from aijobs.store.jobs import IdempotencyKeyExists, JobStore, Page
+from aijobs.store.job_creation import IdempotencyKeyExists
+from aijobs.store.job_queries import Page
+from aijobs.store.jobs import JobStore
 from aijobs.store.results import UPLOAD_RULES, new_input_key
 from aijobs.store.tenants import OPERATOR_ROLE, USER_ROLE, Principal
 from aijobs.webhooks.secrets import IssuedSecret, SecretStatus

@@ -43,8 +43,9 @@ from aijobs.observability import METRIC_ACCEPTED, emit, logger
 from aijobs.provider_plan import KindPlan
 from aijobs.queues import JobQueues
 from aijobs.spend import HOLD_SECONDS, SpendBrake
+from aijobs.store.job_creation import IdempotencyKeyExists
 from aijobs.store.job_items import PHASE_SPLIT
-from aijobs.store.jobs import IdempotencyKeyExists, JobStore
+from aijobs.store.jobs import JobStore
 from aijobs.store.keys import MAX_CHILDREN
 from aijobs.store.results import UPLOAD_RULES, ResultStore, input_ref_is_owned, kind_input_cap
 from aijobs.store.tenants import Directory, Principal

@@ -24,8 +24,9 @@ from aijobs.observability import logger
 from aijobs.providers.base import ProviderResult
 from aijobs.queues import JobQueues
 from aijobs.store.job_items import PHASE_CHILDREN, PHASE_MERGE
-from aijobs.store.jobs import CHILD_WRITE_BATCH, JobStore
+from aijobs.store.jobs import JobStore
 from aijobs.store.keys import MAX_CHILDREN, child_job_id
+from aijobs.store.workflow_rows import CHILD_WRITE_BATCH
 from aijobs.workflows.base import (
     ChildrenFailedError,
     InsufficientCreditsError,
