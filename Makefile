@@ -155,11 +155,11 @@ SAM_VERSION := 1.170.0
 SAM_ENV_FILE := .aijobs/sam-env.json
 SAM_OUT := build/sam
 sam-env: synth
-	$(BIN)/python -m aijobs_cli.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
+	$(BIN)/python -m aijobs_cli.local.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
 	  --stack aijobs-$(STAGE) --out $(SAM_ENV_FILE)
 
 sam-env-local: synth
-	$(BIN)/python -m aijobs_cli.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
+	$(BIN)/python -m aijobs_cli.local.sam_env --template cdk.out/aijobs-$(STAGE).template.json \
 	  --info-file .aijobs/local.json --out $(SAM_ENV_FILE) $(if $(ENDPOINT_HOST),--endpoint-host $(ENDPOINT_HOST))
 
 ## The sample events alone (sam-env and sam-env-local write them too, with the stage's real queue

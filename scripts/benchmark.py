@@ -107,8 +107,8 @@ def moto_stage() -> Iterator[Any]:
     from aijobs.observability import logger
     from aijobs.store.retention import write_retention
     from aijobs_cdk.stage_config import parse_stage_config
+    from aijobs_cli.local.resources import provision
     from aijobs_cli.moto_patches import apply as apply_speedups
-    from aijobs_cli.resources import provision
     from tests.integration.harness import Clock, Stage
 
     logger.setLevel("ERROR")
@@ -145,7 +145,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def _api_call(handler: Callable[..., Any], key: str, body: dict[str, Any], headers: dict[str, str]) -> int:
-    from aijobs_cli.esm import LambdaContext
+    from aijobs_cli.local.esm import LambdaContext
     from tests.integration.harness import load_event
 
     event = load_event("api-post-jobs.json")
@@ -190,7 +190,7 @@ def producer_calls(stage: Any) -> dict[str, float]:
 def _consume(stage: Any, kind: str, batch: int, sqs: Any) -> tuple[int, float]:
     """Deliver every message of the kind's queue to its consumer in batches, as the event-source
     mapping does with `sqs` (a client made outside any recording); (records, seconds)."""
-    from aijobs_cli.esm import LambdaContext, sqs_record
+    from aijobs_cli.local.esm import LambdaContext, sqs_record
 
     consumer = stage.consumer(kind)
     url, arn = stage.resources.queue_urls[kind], stage.resources.queue_arns[kind]
@@ -299,7 +299,7 @@ def _meter(stage: Any) -> Any:
 def _deliver_one(stage: Any, sqs: Any, url: str, arn: str, handler: Callable[..., Any]) -> str | None:
     """One message of `url` to `handler`, deleted unless reported failed (as the event-source
     mapping does, with `sqs` made outside the recording); the job id it carried, None if empty."""
-    from aijobs_cli.esm import LambdaContext, sqs_record
+    from aijobs_cli.local.esm import LambdaContext, sqs_record
 
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"]).get(
         "Messages"
@@ -483,7 +483,7 @@ def _api_event(name: str, key: str, body: dict[str, Any] | None, headers: dict[s
 
 
 def _context() -> Any:
-    from aijobs_cli.esm import LambdaContext
+    from aijobs_cli.local.esm import LambdaContext
 
     return LambdaContext("aijobs-bench-api")
 
@@ -645,7 +645,7 @@ def function_envs() -> dict[str, dict[str, str]]:
     clients, never to call AWS."""
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cdk.stage_config import DLQ_SUFFIX, queue_resource_name
-    from aijobs_cli.resources import StageResources
+    from aijobs_cli.local.resources import StageResources
 
     config = load_stage_config("dev")
     account = "arn:aws:sqs:us-east-1:123456789012"

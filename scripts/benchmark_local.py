@@ -38,7 +38,7 @@ from botocore.model import OperationModel
 
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.local_stack import API_CONCURRENCY, LONG_POLL_SECONDS, LocalStack
+from aijobs_cli.local.stack import API_CONCURRENCY, LONG_POLL_SECONDS, LocalStack
 from aijobs_cli.target import Target
 
 TEXT = "Queues decouple accepting work from doing it. A consumer does the slow part. Retries are classified."

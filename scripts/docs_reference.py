@@ -109,7 +109,7 @@ def cli() -> str:
 
 def openapi_document() -> dict[str, Any]:
     from aijobs_cdk.stage import load_stage_config
-    from aijobs_cli.local_stack import LocalStack
+    from aijobs_cli.local.stack import LocalStack
     from aijobs_cli.target import Target
 
     saved = dict(os.environ)

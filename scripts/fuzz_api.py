@@ -38,7 +38,7 @@ from aijobs.api.admin import RateLimiter
 from aijobs.api.screening import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.local_stack import LocalStack
+from aijobs_cli.local.stack import LocalStack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCHEMATHESIS = REPO_ROOT / ".venv-fuzz" / "bin" / "schemathesis"

@@ -31,7 +31,7 @@ from aijobs.domain import Job, JobStatus
 from aijobs.ids import new_job_id
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import SHARD_INDEXES, IndexBuckets
-from aijobs_cli.resources import _create_table
+from aijobs_cli.local.resources import _create_table
 from aijobs_cli.sizing.call_profile import key_template
 from aijobs_cli.sizing.partition_trace import STEPS, PartitionTrace, StepWrites, shape
 from tests.integration.harness import Clock

@@ -26,7 +26,7 @@ from aijobs.store.spend import SpendRecords
 from aijobs.store.tenants import Directory
 from aijobs.webhooks.secrets import WebhookSecrets
 from aijobs_cdk.stage_config import StageConfig, binding_name, split_list
-from aijobs_cli.local_stack import local_environment
+from aijobs_cli.local.stack import local_environment
 
 
 class TargetError(Exception):

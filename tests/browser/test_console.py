@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from aijobs_cli.local_stack import LocalStack
+from aijobs_cli.local.stack import LocalStack
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack
 

@@ -10,7 +10,7 @@ from aijobs_cdk.constructs.dead_letters import DLQ_HANDLER
 from aijobs_cdk.constructs.job_queue import CONSUMER_HANDLER
 from aijobs_cdk.constructs.webhooks import WEBHOOK_HANDLER
 from aijobs_cdk.stage_config import RECEIVE_HEADROOM, queue_resource_name
-from aijobs_cli.local_stack import CONSUMER, DLQ_CONSUMER, WEBHOOK_CONSUMER, MappingPlan, mapping_plans
+from aijobs_cli.local.stack import CONSUMER, DLQ_CONSUMER, WEBHOOK_CONSUMER, MappingPlan, mapping_plans
 from tests.infra.template import Synth, target_id
 
 pytestmark = pytest.mark.infra

@@ -25,11 +25,11 @@ from aijobs.settings import (
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage import load_stage_config
 from aijobs_cdk.stage_config import DLQ_SUFFIX, WEBHOOK_QUEUE, queue_resource_name
-from aijobs_cli import sam_env
-from aijobs_cli.esm import LambdaContext
-from aijobs_cli.local_stack import LocalStack
-from aijobs_cli.resources import provision
-from aijobs_cli.sample_events import schedule_event_names, stage_events
+from aijobs_cli.local import sam_env
+from aijobs_cli.local.esm import LambdaContext
+from aijobs_cli.local.resources import provision
+from aijobs_cli.local.sample_events import schedule_event_names, stage_events
+from aijobs_cli.local.stack import LocalStack
 from tests.infra.alarm_reader import queue_id
 from tests.infra.template import Synth, target_id
 from tests.infra.test_functions import SETTINGS_BY_HANDLER

@@ -28,8 +28,8 @@ from aijobs.store.retention import write_retention
 from aijobs.store.spend import SpendRecords
 from aijobs_cdk import REPO_ROOT
 from aijobs_cdk.stage_config import parse_stage_config
-from aijobs_cli.esm import LambdaContext
-from aijobs_cli.resources import provision
+from aijobs_cli.local.esm import LambdaContext
+from aijobs_cli.local.resources import provision
 from tests.aws_calls import ACCOUNT, PRESIGNED_POST_KEY, Access, CallLog, recording_calls
 from tests.infra.iam import Scope, allowed
 from tests.infra.template import Synth, role_statements, target_id
@@ -336,7 +336,7 @@ def test_every_table_call_of_the_webhook_consumer_and_of_secret_rotation_is_gran
             clock=stage.clock,
             resolver=lambda _host, _port: ["10.0.0.9"],
         )
-        from aijobs_cli.esm import QueueMapping
+        from aijobs_cli.local.esm import QueueMapping
 
         mapping = QueueMapping(
             sqs=stage.sqs, queue_url=stage.resources.webhook_queue_url,
@@ -780,7 +780,7 @@ def _bedrock_consumer(synth: Synth, stage: Stage, kind: str, client: Any) -> Any
 
 
 def _poll(stage: Stage, kind: str, consumer: Any) -> None:
-    from aijobs_cli.esm import QueueMapping
+    from aijobs_cli.local.esm import QueueMapping
 
     QueueMapping(
         sqs=stage.sqs, queue_url=stage.resources.queue_urls[kind], queue_arn=stage.resources.queue_arns[kind],

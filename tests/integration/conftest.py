@@ -7,7 +7,7 @@ from moto import mock_aws
 
 from aijobs import runtime
 from aijobs_cdk.stage_config import parse_stage_config
-from aijobs_cli.resources import provision
+from aijobs_cli.local.resources import provision
 from tests.integration.harness import Clock, Stage
 
 KINDS = "summary;embedding;image-generate;image-caption;tts-generate;video-generate"

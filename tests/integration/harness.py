@@ -35,8 +35,8 @@ from aijobs.queues import JobQueues
 from aijobs.settings import ConsumerSettings, DlqSettings
 from aijobs.store.jobs import JobStore
 from aijobs.store.tenants import Directory
-from aijobs_cli.esm import QueueMapping
-from aijobs_cli.resources import StageResources
+from aijobs_cli.local.esm import QueueMapping
+from aijobs_cli.local.resources import StageResources
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
@@ -49,14 +49,14 @@ def load_event(name: str) -> dict[str, Any]:
 
 def consumer_event(kind: str, stage: str = "dev") -> dict[str, Any]:
     """The generated sample SQS batch of `kind`'s queue on `stage` (`sqs-<kind>-batch.json`)."""
-    from aijobs_cli import sample_events
+    from aijobs_cli.local import sample_events
 
     return sample_events.consumer_event(kind, sample_events.queue_arn(stage, kind))
 
 
 def schedule_event(expression: str) -> dict[str, Any]:
     """The generated input the schedule of cron `expression` sends the dispatcher."""
-    from aijobs_cli import sample_events
+    from aijobs_cli.local import sample_events
 
     return sample_events.schedule_event(expression)
 
@@ -323,7 +323,7 @@ def running_local_stack(
     from aijobs.observability import logger
     from aijobs_cdk.stage import load_stage_config
     from aijobs_cli.commands._common import CurrentStderr
-    from aijobs_cli.local_stack import LocalStack
+    from aijobs_cli.local.stack import LocalStack
 
     config = load_stage_config("local", {**FAST, **(values or {})})
     local = LocalStack(config, port=0, info_file=folder / "local.json", log=lambda _line: None, **options)
@@ -363,7 +363,7 @@ def api_caller(
     to `yield from`; the runtime is reset afterwards."""
     from api import handler
 
-    from aijobs_cli.esm import LambdaContext
+    from aijobs_cli.local.esm import LambdaContext
 
     for key, value in stage.resources.api_env().items():
         monkeypatch.setenv(key, value)

@@ -172,7 +172,7 @@ def test_two_runs_reading_the_same_state_record_one_step(stage: Stage) -> None:
 
 def test_reserved_concurrency_one_has_no_mapping_to_adjust(stage: Stage) -> None:
     from aijobs_cdk.stage_config import event_source_mappings_env, parse_stage_config
-    from aijobs_cli.resources import provision
+    from aijobs_cli.local.resources import provision
 
     values = {"QUEUE_NAMES": "summary", "QUEUE_MAX_CONCURRENCY": "1", "CRONS": EVERY_MINUTE}
     resources = provision(parse_stage_config("one", values))

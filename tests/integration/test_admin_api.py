@@ -15,7 +15,7 @@ from aijobs import runtime
 from aijobs.api.admin import key_id
 from aijobs.domain import Job, JobStatus
 from aijobs.store.attempt_log import ATTEMPT_LOG_SIZE
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 from aijobs import runtime
 from aijobs.domain import JobStatus
 from aijobs.store.keys import PK, SK, job_sk, user_pk
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration

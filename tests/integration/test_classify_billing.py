@@ -24,7 +24,7 @@ from aijobs.scheduled.context import CronRun
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs.store.spend import SpendRecords
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 from aijobs.domain import JobStatus
 from aijobs.errors import ProviderAuthError
 from aijobs.kinds.registry import require
-from aijobs_cli.esm import LambdaContext, sqs_record
+from aijobs_cli.local.esm import LambdaContext, sqs_record
 from tests.integration.harness import Stage, consumer_event, sqs_on
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 from aijobs.domain import JobStatus
 from aijobs.store.keys import iso
 from aijobs.store.retention import write_retention
-from aijobs_cli.esm import LambdaContext, sqs_record
+from aijobs_cli.local.esm import LambdaContext, sqs_record
 from tests.aws_calls import recording_calls
 from tests.integration.harness import Stage
 

@@ -14,7 +14,7 @@ from aijobs.errors import TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.store.credits import CreditLedger
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration

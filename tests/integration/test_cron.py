@@ -19,7 +19,7 @@ from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs.store.job_items import JobKey
 from aijobs.store.retention import RetentionConfigError, write_retention
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, schedule_event
 
 pytestmark = pytest.mark.integration

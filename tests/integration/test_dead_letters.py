@@ -15,7 +15,7 @@ from aijobs.errors import NotFoundError, TransitionConflict
 from aijobs.operator import Operator
 from aijobs.queues import JobQueues
 from aijobs.store.dead_letter_records import list_dead_letters
-from aijobs_cli.esm import LambdaContext, sqs_record
+from aijobs_cli.local.esm import LambdaContext, sqs_record
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration

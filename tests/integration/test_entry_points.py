@@ -16,7 +16,7 @@ from aijobs import runtime
 from aijobs.domain import Job, JobStatus
 from aijobs.observability import logger
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, consumer_event, load_event, schedule_event
 
 pytestmark = pytest.mark.integration
@@ -132,7 +132,7 @@ EVENT_HANDLERS = {
     "sqs-dlq-batch.json": "dlq_consumer",
     "schedule-maintenance.json": "cron_dispatcher",
 }
-# The ones generated from the stage's kinds and crons (aijobs_cli.sample_events), not in events/.
+# The ones generated from the stage's kinds and crons (aijobs_cli.local.sample_events), not in events/.
 GENERATED = {
     "sqs-summary-batch.json": lambda: consumer_event("summary"),
     "schedule-maintenance.json": lambda: schedule_event("*/10 * * * *"),

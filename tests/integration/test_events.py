@@ -1,7 +1,7 @@
 """Every function has a sample event (`sam local invoke -e`), and each one runs.
 
 What needs an event is derived, not listed: the queue kinds and crons of every shipped stage
-(`.env.<stage>`), whose events are generated (aijobs_cli.sample_events: a kind or cron a team adds
+(`.env.<stage>`), whose events are generated (aijobs_cli.local.sample_events: a kind or cron a team adds
 gets its own without anyone writing it), and the API routes from the OpenAPI document the API
 serves, whose events are written by hand in events/ with the DLQ's and the webhook queue's. Each
 event is fed to its entry point against moto, as `sam local invoke` would run it, and must do its
@@ -40,10 +40,15 @@ from aijobs_cdk.stage_config import (
     queue_name_from_resource,
     queue_resource_name,
 )
-from aijobs_cli.esm import LambdaContext
-from aijobs_cli.local_stack import LocalControl
-from aijobs_cli.resources import provision
-from aijobs_cli.sample_events import SAMPLE_USER, consumer_event_name, schedule_event_names, stage_events
+from aijobs_cli.local.esm import LambdaContext
+from aijobs_cli.local.resources import provision
+from aijobs_cli.local.sample_events import (
+    SAMPLE_USER,
+    consumer_event_name,
+    schedule_event_names,
+    stage_events,
+)
+from aijobs_cli.local.stack import LocalControl
 from tests.integration.harness import EVENTS, Clock, Stage, load_event
 from tests.unit.openai_server import ScriptedServer
 

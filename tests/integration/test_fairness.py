@@ -181,7 +181,7 @@ def test_no_cap_costs_no_count_query(stage_values: dict[str, str]) -> None:
 
     from aijobs import runtime
     from aijobs_cdk.stage_config import parse_stage_config
-    from aijobs_cli.resources import provision
+    from aijobs_cli.local.resources import provision
     from tests.aws_calls import recording_calls
     from tests.integration.harness import Clock
 

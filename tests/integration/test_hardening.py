@@ -86,7 +86,7 @@ def test_a_recheck_copy_arriving_after_the_next_wait_began_is_acknowledged(stage
     (late,) = [
         m for m in stage.receive(stage.resources.queue_urls["video-generate"]) if m["Body"] == first["Body"]
     ]
-    from aijobs_cli.esm import LambdaContext, sqs_record
+    from aijobs_cli.local.esm import LambdaContext, sqs_record
 
     response = consumer.handle(
         {"Records": [sqs_record(late, stage.resources.queue_arns["video-generate"])]}, LambdaContext("fn")

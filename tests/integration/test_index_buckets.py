@@ -17,7 +17,7 @@ from aijobs.ids import new_job_id
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import SHARD_INDEXES, IndexBuckets, kind_status_pk
 from aijobs_cdk.stage_config import ConfigError, parse_stage_config
-from aijobs_cli.resources import _create_table
+from aijobs_cli.local.resources import _create_table
 from tests.integration.harness import Clock
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,8 @@ from aijobs.scheduled.context import CronContext, CronRun
 from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs_cdk.stage_config import LEASE_MARGIN_SECONDS, RECEIVE_HEADROOM, parse_stage_config
-from aijobs_cli.local_stack import LocalStack
-from aijobs_cli.resources import provision
+from aijobs_cli.local.resources import provision
+from aijobs_cli.local.stack import LocalStack
 from tests.integration.harness import Clock, Stage
 from tests.probe_kinds import Tuning, declared, text_kind
 

@@ -20,7 +20,7 @@ from aijobs.ids import new_job_id
 from aijobs.store.credits import TX_TYPES
 from aijobs.store.jobs import JobStore
 from aijobs.store.keys import SHARD_INDEXES, IndexBuckets, child_job_id
-from aijobs_cli.resources import _create_table
+from aijobs_cli.local.resources import _create_table
 from tests.integration.harness import Clock
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import CronSettings
 from aijobs.store.flow import FlowRecords
 from aijobs_cdk.stage_config import event_source_mappings_env
-from aijobs_cli.local_stack import LocalStack
+from aijobs_cli.local.stack import LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack, wait_until

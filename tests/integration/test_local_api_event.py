@@ -8,7 +8,7 @@ from email.message import Message
 
 import pytest
 
-from aijobs_cli.local_stack import api_event, gateway_headers, gateway_reply, query_parameters
+from aijobs_cli.local.gateway import api_event, gateway_headers, gateway_reply, query_parameters
 
 
 @pytest.mark.parametrize(

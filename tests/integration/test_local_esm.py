@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from aijobs_cli.esm import InvalidBatchResponse, QueueMapping
+from aijobs_cli.local.esm import InvalidBatchResponse, QueueMapping
 from tests.integration.harness import load_event
 
 pytestmark = pytest.mark.integration

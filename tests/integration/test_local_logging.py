@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aijobs.observability import log_context, log_lambda_context, logger
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 
 
 @pytest.fixture

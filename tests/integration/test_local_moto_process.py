@@ -14,7 +14,7 @@ import urllib.request
 import boto3
 import pytest
 
-from aijobs_cli.moto_server import MotoProcess
+from aijobs_cli.local.moto_server import MotoProcess
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_moto_stops_by_itself_when_its_parent_dies() -> None:
         [
             sys.executable,
             "-c",
-            "import time; from aijobs_cli.moto_server import MotoProcess; "
+            "import time; from aijobs_cli.local.moto_server import MotoProcess; "
             "print(MotoProcess().start().pid, flush=True); time.sleep(600)",
         ],
         stdout=subprocess.PIPE,

@@ -8,7 +8,7 @@ import boto3
 import pytest
 
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.local_stack import LocalStack
+from aijobs_cli.local.stack import LocalStack
 from tests.integration.harness import restored_process_state
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from aijobs import spend
 from aijobs.consumer import attempts
 from aijobs.store.keys import PK, SK, job_sk, user_pk
-from aijobs_cli.local_stack import DEMO_USER, LocalStack
+from aijobs_cli.local.stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack, wait_until

@@ -25,7 +25,7 @@ from aijobs.bindings import queue_name_of
 from aijobs.settings import ConsumerSettings
 from aijobs.store.jobs import JobStore
 from aijobs_cdk.stage_config import DLQ_SUFFIX
-from aijobs_cli.local_stack import DEMO_USER, LocalStack, mapping_plans
+from aijobs_cli.local.stack import DEMO_USER, LocalStack, mapping_plans
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack, wait_until

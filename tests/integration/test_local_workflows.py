@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from aijobs.workflows.report import chunk_text
 from aijobs_cli.commands.demo import REPORT_CHUNK_CHARS, sample_report
-from aijobs_cli.local_stack import LocalStack
+from aijobs_cli.local.stack import LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack, wait_until

@@ -12,7 +12,7 @@ import pytest
 from aijobs import runtime
 from aijobs.api.service import LONG_POLL_BACKOFF, LONG_POLL_MAX_SECONDS
 from aijobs.domain import JobStatus
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage
 from tests.integration.test_api import Api
 

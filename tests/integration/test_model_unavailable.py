@@ -18,7 +18,7 @@ from aijobs.provider_plan import plans_setting
 from aijobs.providers.bedrock import BedrockProvider, client_config
 from aijobs.settings import ConsumerSettings
 from aijobs_cdk.provider_plans import parse_provider_plan
-from aijobs_cli.esm import QueueMapping
+from aijobs_cli.local.esm import QueueMapping
 from tests.integration.harness import Stage
 from tests.integration.test_consumer import TEXT, RecordingControl
 

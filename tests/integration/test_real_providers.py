@@ -18,7 +18,7 @@ from aijobs.domain import JobStatus
 from aijobs.providers.bedrock import BedrockProvider, client_config
 from aijobs.providers.openai import OpenAIProvider
 from aijobs.settings import ConsumerSettings
-from aijobs_cli.esm import LambdaContext, QueueMapping
+from aijobs_cli.local.esm import LambdaContext, QueueMapping
 from tests.integration.harness import Stage, load_event
 from tests.unit.openai_server import ScriptedServer
 

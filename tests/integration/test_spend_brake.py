@@ -18,7 +18,7 @@ from aijobs.consumer.attempts import Consumer
 from aijobs.domain import JobStatus
 from aijobs.settings import ConsumerSettings
 from aijobs.store.spend import SpendRecords
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import CountingProvider, Stage, load_event
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ def _consumer(stage: Stage) -> Consumer:
 def _deliver(stage: Stage, consumer: Consumer) -> int:
     """One round: every waiting message of `summary` to `consumer`, as its mapping would."""
     url, arn = stage.resources.queue_urls["summary"], stage.resources.queue_arns["summary"]
-    from aijobs_cli.esm import sqs_record
+    from aijobs_cli.local.esm import sqs_record
 
     messages = stage.receive(url)
     if messages:

@@ -27,7 +27,7 @@ from aijobs.providers import bedrock, local, polly
 from aijobs.providers.base import Call as ProviderCall
 from aijobs.providers.base import EmbeddingRequest, SpeechRequest, VideoRequest
 from aijobs_cdk.stage_config import parse_stage_config
-from aijobs_cli.resources import provision
+from aijobs_cli.local.resources import provision
 from tests.integration.harness import Clock, Stage, api_caller, nothing_written
 from tests.probe_kinds import declared
 

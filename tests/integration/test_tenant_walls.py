@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aijobs import runtime
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, load_event
 
 pytestmark = pytest.mark.integration

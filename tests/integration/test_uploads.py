@@ -31,7 +31,7 @@ from aijobs.store.results import (
     UploadForm,
     input_ref_is_owned,
 )
-from aijobs_cli.local_stack import DEMO_USER, LocalStack
+from aijobs_cli.local.stack import DEMO_USER, LocalStack
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack

@@ -29,7 +29,7 @@ from aijobs.webhooks.delivery import WebhookConsumer
 from aijobs.webhooks.secrets import ROTATION_OVERLAP, WebhookSecrets
 from aijobs.webhooks.transport import Answer, Poster
 from aijobs.webhooks.urls import UrlPolicy
-from aijobs_cli.esm import QueueMapping
+from aijobs_cli.local.esm import QueueMapping
 from tests.integration.harness import Stage
 from tests.integration.test_api import Api
 from tests.integration.test_api import api as api  # the fixture, re-exported
@@ -407,7 +407,7 @@ def test_the_secret_never_appears_in_logs_or_messages(hooks: Hooks) -> None:
 def test_the_openapi_document_shows_callback_url_and_the_secret_routes(hooks: Hooks) -> None:
     from api.handler import handler
 
-    from aijobs_cli.esm import LambdaContext
+    from aijobs_cli.local.esm import LambdaContext
     from tests.integration.harness import load_event
 
     response = handler(load_event("api-get-openapi.json"), LambdaContext("aijobs-dev-api"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from aijobs_cli.local_stack import DEMO_USER
+from aijobs_cli.local.stack import DEMO_USER
 from aijobs_cli.main import app
 from aijobs_cli.target import Target
 from tests.integration.harness import running_local_stack

@@ -24,7 +24,7 @@ from aijobs.scheduled.sweeper import run_sweeper
 from aijobs.settings import CronSettings
 from aijobs.store.keys import child_job_id
 from aijobs.workflows import fanin
-from aijobs_cli.esm import LambdaContext
+from aijobs_cli.local.esm import LambdaContext
 from tests.integration.harness import Stage, api_caller, load_event
 
 pytestmark = pytest.mark.integration

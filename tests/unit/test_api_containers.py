@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 
 from aijobs_cdk.stage import load_stage_config
-from aijobs_cli.api_containers import (
+from aijobs_cli.local.api_containers import (
     API_ROUTE_MODULES,
     CONTAINER_MODULES,
     ApiContainer,
     ApiContainers,
     load_container,
 )
-from aijobs_cli.local_stack import LocalStack, is_long_poll
+from aijobs_cli.local.gateway import is_long_poll
+from aijobs_cli.local.stack import LocalStack
 
 
 def _fake_containers(handler: Any) -> tuple[list[ApiContainer], Callable[[], ApiContainer]]:

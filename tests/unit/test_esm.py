@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aijobs_cli.esm import InvalidBatchResponse, reported_failures
+from aijobs_cli.local.esm import InvalidBatchResponse, reported_failures
 
 BATCH = ["m-1", "m-2", "m-3"]
 

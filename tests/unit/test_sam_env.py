@@ -1,4 +1,4 @@
-"""`aijobs_cli.sam_env`: template references resolved to real names, the files it writes, its errors."""
+"""`aijobs_cli.local.sam_env`: template references resolved to real names, the files it writes, its errors."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from aijobs_cli import sam_env
-from aijobs_cli.sam_env import PhysicalResources, SamEnvError, build_env_vars
+from aijobs_cli.local import sam_env
+from aijobs_cli.local.sam_env import PhysicalResources, SamEnvError, build_env_vars
 
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/111122223333/aijobs-dev-summary"
 

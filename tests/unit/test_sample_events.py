@@ -14,8 +14,8 @@ import pytest
 from aijobs.cron import parse_cron
 from aijobs.scheduled import registry
 from aijobs_cdk.stage_config import parse_stage_config
-from aijobs_cli import sample_events
-from aijobs_cli.sample_events import (
+from aijobs_cli.local import sample_events
+from aijobs_cli.local.sample_events import (
     consumer_event,
     handwritten_events,
     next_firing,

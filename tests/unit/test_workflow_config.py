@@ -22,7 +22,7 @@ from aijobs_cdk.stage_config import (
     parse_stage_config,
     split_list,
 )
-from aijobs_cli.resources import StageResources
+from aijobs_cli.local.resources import StageResources
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = {"report": "summary", "embedding-batch": "embedding", "image-batch": "image-generate"}

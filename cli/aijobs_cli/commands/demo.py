@@ -67,7 +67,7 @@ REPORT_SUMMARY_LINES = 4
 
 def sample_report() -> bytes:
     """The demo's long document (an operations handbook, about seven pages), shipped with the CLI."""
-    return resources.files("aijobs_cli").joinpath("samples").joinpath("report.txt").read_bytes()
+    return resources.files("aijobs_cli.local").joinpath("samples").joinpath("report.txt").read_bytes()
 
 
 def demo(

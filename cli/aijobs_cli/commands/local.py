@@ -25,7 +25,7 @@ from aijobs_cli.commands._common import (
 
 if TYPE_CHECKING:
     from aijobs_cdk.stage_config import StageConfig
-    from aijobs_cli.local_stack import LocalStack
+    from aijobs_cli.local.stack import LocalStack
 
 
 def dev(
@@ -55,7 +55,7 @@ def dev(
     Real models on a laptop: `--provider summary=openai --openai-base-url http://127.0.0.1:11434/v1`
     (the key, if the server wants one, comes from the OPENAI_API_KEY environment variable)."""
     from aijobs_cdk.stage import load_stage_config
-    from aijobs_cli.local_stack import LocalStack
+    from aijobs_cli.local.stack import LocalStack
 
     overrides: dict[str, object] = {}
     if provider:
@@ -149,7 +149,7 @@ def sam_env(
 ) -> None:
     """Write the `sam local invoke --env-vars` file: each function's environment with real names,
     from a deployed stack (--stack) or the local stack (--info-file, the default)."""
-    from aijobs_cli import sam_env as env_file
+    from aijobs_cli.local import sam_env as env_file
 
     if stack and info_file:
         raise _fail("pass --stack NAME or --info-file FILE, not both")
@@ -179,7 +179,7 @@ def events(
     schedule (`schedule-<handler>.json`), and the hand-written events of events/ (API, DLQ,
     webhooks). `aijobs sam-env` writes the same, naming a deployed stage's real queues."""
     from aijobs_cdk.stage import load_stage_config
-    from aijobs_cli.sample_events import stage_events, write_events
+    from aijobs_cli.local.sample_events import stage_events, write_events
 
     try:
         written = write_events(out_dir, stage_events(load_stage_config(stage)))

@@ -190,7 +190,7 @@ class LocalSoakTarget:
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
         from aijobs_cdk.stage import load_stage_config
-        from aijobs_cli.local_stack import LocalStack
+        from aijobs_cli.local.stack import LocalStack
 
         # A spend cap no soak reaches: the brake counts every job's cost, which the soak checks.
         # Short tenant holds: the capped tenant's held jobs come back within the run.

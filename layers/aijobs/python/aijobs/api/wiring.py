@@ -1,7 +1,7 @@
 """Where the routes' services come from: the handler configures them at its cold start.
 
 Per-container state (the local stack loads this module once per API container, see
-aijobs_cli.api_containers).
+aijobs_cli.local.api_containers).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class SimulatedCrash(BaseException):
     A `BaseException` on purpose: the batch processor and the consumer catch only `Exception`,
     so the whole invocation dies without updating the row or answering the batch. The claimed
     row keeps its lease until it expires; the messages reappear after their visibility timeout.
-    Only the local stack's mapping emulator (aijobs_cli.esm) catches it, as a failed invocation.
+    Only the local stack's mapping emulator (aijobs_cli.local.esm) catches it, as a failed invocation.
     """
 
 

@@ -4,7 +4,7 @@ moto answers every AWS call of the stack, and most of the stack's CPU is moto's:
 interpreter, its request handling and the functions' code took turns on one lock (the GIL), so one
 core did everything. Here it has its own interpreter (a second core), with the speedups applied.
 
-`MotoProcess` starts `python -m aijobs_cli.moto_server`, which binds a free loopback port (or the
+`MotoProcess` starts `python -m aijobs_cli.local.moto_server`, which binds a free loopback port (or the
 one asked for), prints it on stdout once it accepts connections, and serves until its stdin closes.
 The parent holds the other end of that pipe: stop() closes it, and so does the operating system when
 the parent dies, however it dies (an orphaned moto stops by itself). The child ignores SIGINT:
@@ -46,7 +46,7 @@ class MotoProcess:
 
     def start(self, timeout: float = READY_TIMEOUT_SECONDS) -> MotoProcess:
         self._process = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
-            [sys.executable, "-m", "aijobs_cli.moto_server", self.host, str(self.port)],
+            [sys.executable, "-m", "aijobs_cli.local.moto_server", self.host, str(self.port)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -104,9 +104,9 @@ def serve(host: str, port: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from moto.server import ThreadedMotoServer
 
-    from aijobs_cli import moto_patches as moto_speedups
+    from aijobs_cli import moto_patches
 
-    moto_speedups.apply()  # patch 7 among them: DynamoDB requests take turns
+    moto_patches.apply()  # dynamodb_request_isolation among them: DynamoDB requests take turns
     # One thread per connection: a request that waits to read or write gives up the interpreter
     # lock, and with the default 5 ms switch interval it waits that long to get it back from a
     # thread busy with another request. 1 ms took about 15-20% off the end-to-end time of

@@ -13,9 +13,9 @@ SAM only overrides variables a function declares in the template. The local stac
 that declares it is written next to the original (asset paths stay relative to it), and every
 kind runs on the `local` provider, as under `aijobs dev` (moto answers no Bedrock or Polly call).
 
-    python -m aijobs_cli.sam_env --template cdk.out/aijobs-dev.template.json --stack aijobs-dev \
+    python -m aijobs_cli.local.sam_env --template cdk.out/aijobs-dev.template.json --stack aijobs-dev \
         --out .aijobs/sam-env.json
-    python -m aijobs_cli.sam_env --template cdk.out/aijobs-dev.template.json \
+    python -m aijobs_cli.local.sam_env --template cdk.out/aijobs-dev.template.json \
         --info-file .aijobs/local.json --out .aijobs/sam-env.json
 """
 
@@ -474,8 +474,8 @@ def write_events(
     (a consumer serves only the queue in its `QUEUE_URL`; production names are generated), one
     input per schedule, and the hand-written events/ with each SQS record's `eventSourceARN`
     naming the queue these functions read (the DLQ consumer only those in `DEAD_LETTER_QUEUES`)."""
-    from aijobs_cli.sample_events import generated_events
-    from aijobs_cli.sample_events import write_events as write_all
+    from aijobs_cli.local.sample_events import generated_events
+    from aijobs_cli.local.sample_events import write_events as write_all
 
     queues: dict[str, str] = {}  # readable dev name -> the env's queue URL
     consumers: dict[str, str] = {}  # kind -> the ARN of the queue its consumer reads
@@ -545,7 +545,7 @@ def usage(written: Written) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m aijobs_cli.sam_env",
+        prog="python -m aijobs_cli.local.sam_env",
         description="Write the --env-vars file for `sam local invoke` from a synthesized template.",
     )
     parser.add_argument("--template", type=Path, required=True, help="cdk.out/<stack>.template.json")
