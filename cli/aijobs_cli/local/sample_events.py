@@ -26,7 +26,7 @@ from aijobs.cron import CronExpression, parse_cron
 from aijobs_cdk.stage_config import StageConfig, queue_resource_name
 
 #: The hand-written events (API, DLQ, webhooks), next to the package in a checkout.
-EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
+EVENTS_DIR = Path(__file__).resolve().parents[3] / "events"
 #: Where `aijobs events` (and `aijobs sam-env`) write the events; gitignored.
 DEFAULT_OUT = Path(".aijobs/events")
 #: The user the sample job messages (and the hand-written events) name.
