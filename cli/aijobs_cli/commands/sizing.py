@@ -17,6 +17,18 @@ if TYPE_CHECKING:
     from aijobs_cli.sizing.capacity import CapacityInputs, CapacityReport
     from aijobs_cli.sizing.cost import PriceTable, Workload
 
+# Options both commands take: how a client waits for its job, and shares of the jobs.
+PollsPerJob = Annotated[
+    float, typer.Option(min=0.0, help="GET /jobs/{id} per job (1: one ?wait= long-poll; 0: webhooks)")
+]
+PollWaitSeconds = Annotated[
+    float, typer.Option(min=0.0, max=20.0, help="seconds each status call waits (0: short polls)")
+]
+Share = Annotated[float, typer.Option(min=0.0, max=1.0)]
+CallProfilePath = Annotated[
+    Path | None, typer.Option(help="a call profile JSON (default: the measured call_profile.json)")
+]
+
 # --- cost ----------------------------------------------------------------------------------------
 
 
@@ -31,13 +43,8 @@ def cost(
         float, typer.Option(min=0.0, max=1.0, help="share of submits with an Idempotency-Key")
     ] = 0.0,
     batch_size: Annotated[int | None, typer.Option(min=1, max=10_000, help="default: the stage's")] = None,
-    polls_per_job: Annotated[
-        float,
-        typer.Option(min=0.0, help="GET /jobs/{id} per job (1: one ?wait= long-poll; 0: webhooks)"),
-    ] = 1.0,
-    poll_wait_seconds: Annotated[
-        float, typer.Option(min=0.0, max=20.0, help="seconds each status call waits (0: short polls)")
-    ] = 2.0,
+    polls_per_job: PollsPerJob = 1.0,
+    poll_wait_seconds: PollWaitSeconds = 2.0,
     message_kb: Annotated[float, typer.Option(min=0.001)] = 1.0,
     job_row_kb: Annotated[
         float | None,
@@ -47,9 +54,7 @@ def cost(
         str | None,
         typer.Option(help="take CRONS, SHARD_COUNT, QUEUE_NAMES, MAX_RETRIES from .env.<stage> [dev]"),
     ] = None,
-    call_profile: Annotated[
-        Path | None, typer.Option(help="a call profile JSON (default: the measured call_profile.json)")
-    ] = None,
+    call_profile: CallProfilePath = None,
     prices: Annotated[Path | None, typer.Option(help="a JSON price table (see --dump-prices)")] = None,
     dump_prices: Annotated[bool, typer.Option(help="print the default price table as JSON")] = False,
     model: Annotated[
@@ -166,17 +171,12 @@ def capacity(
     consumer_seconds: Annotated[
         float, typer.Option(min=0, help="consumer time per delivered message (mostly the model)")
     ] = 2.0,
-    retry_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.05,
-    dlq_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.01,
-    failed_final_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
-    idempotency_rate: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.0,
-    polls_per_job: Annotated[
-        float,
-        typer.Option(min=0.0, help="GET /jobs/{id} per job (1: one ?wait= long-poll; 0: webhooks)"),
-    ] = 1.0,
-    poll_wait_seconds: Annotated[
-        float, typer.Option(min=0.0, max=20.0, help="seconds each status call waits (0: short polls)")
-    ] = 2.0,
+    retry_rate: Share = 0.05,
+    dlq_rate: Share = 0.01,
+    failed_final_rate: Share = 0.0,
+    idempotency_rate: Share = 0.0,
+    polls_per_job: PollsPerJob = 1.0,
+    poll_wait_seconds: PollWaitSeconds = 2.0,
     grants_per_tenant_month: Annotated[
         float, typer.Option(min=0.0, help="credit grants a tenant gets a month (each expires once)")
     ] = 2.0,
@@ -196,9 +196,7 @@ def capacity(
     api_account_rps: Annotated[
         float, typer.Option(min=1, help="the account's HTTP API requests/s quota")
     ] = 10000.0,
-    call_profile: Annotated[
-        Path | None, typer.Option(help="a call profile JSON (default: the measured call_profile.json)")
-    ] = None,
+    call_profile: CallProfilePath = None,
     top: Annotated[int, typer.Option(min=0, help="show only the first N limits (0: all)")] = 0,
     as_markdown: Annotated[bool, typer.Option("--markdown", help="print the table as Markdown")] = False,
     as_json: AsJson = False,

@@ -86,12 +86,9 @@ def soak(
     load = None
     if deployed or any(value is not None for value in (rate, duration, max_jobs, max_spend_usd)):
         load = LoadPlan(
-            max_jobs=max_jobs or jobs,
-            max_spend_usd=max_spend_usd,
-            cost_per_job_usd=cost_per_job_usd,
-            rate=rate,
-            duration_seconds=duration,
-        )
+            max_jobs=max_jobs or jobs, max_spend_usd=max_spend_usd, cost_per_job_usd=cost_per_job_usd,
+            rate=rate, duration_seconds=duration,
+        )  # fmt: skip
 
     def go(target: SoakTarget, users: int, inputs: dict[str, Any]) -> SoakReport:
         return run_soak(
