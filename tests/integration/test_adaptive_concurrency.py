@@ -17,8 +17,8 @@ from aijobs.observability import METRIC_CONSUMER_CONCURRENCY
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import CronSettings
-from aijobs.store.flow import FlowRecords, minute_sk
-from aijobs.store.keys import PK, SK, flow_pk
+from aijobs.store.keys import PK, SK, concurrency_pk
+from aijobs.store.throttle_counts import ThrottleCounts, minute_sk
 from tests.integration.harness import Stage
 
 EVERY_MINUTE = "* * * * *"
@@ -86,7 +86,7 @@ def emitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
 
 
 def _counter(stage: Stage) -> tuple[int, int] | None:
-    key = {PK: flow_pk("summary"), SK: minute_sk(stage.clock())}
+    key = {PK: concurrency_pk("summary"), SK: minute_sk(stage.clock())}
     item = stage.directory.meta.get_item(Key=key).get("Item")
     if item is None:
         return None
@@ -128,7 +128,7 @@ def test_a_429_storm_narrows_the_mapping_then_quiet_widens_it(
     assert (result["action"], result["maxConcurrency"]) == ("narrow", 2)
     assert _max_concurrency(mapping_id) == 2
     assert emitted[-1] == (METRIC_CONSUMER_CONCURRENCY, {"kind": "summary", "value": 2})
-    state = FlowRecords(stage.directory.meta).state("summary")
+    state = ThrottleCounts(stage.directory.meta).state("summary")
     assert state.value == 2
     assert state.version == 1
     assert [(h["action"], h["from"], h["value"]) for h in state.history] == [("narrow", 10, 2)]
@@ -141,7 +141,7 @@ def test_a_429_storm_narrows_the_mapping_then_quiet_widens_it(
     _fire(stage, mapping_id)
     stage.clock.advance(60)
     assert _fire(stage, mapping_id)["result"]["kinds"]["summary"]["action"] == HOLD
-    assert len(FlowRecords(stage.directory.meta).state("summary").history) == 1
+    assert len(ThrottleCounts(stage.directory.meta).state("summary").history) == 1
 
     # Quiet: ten minutes later without a throttle it widens by the step, then once per cool-down.
     stage.clock.advance(600)
@@ -151,12 +151,12 @@ def test_a_429_storm_narrows_the_mapping_then_quiet_widens_it(
     assert _fire(stage, mapping_id)["result"]["kinds"]["summary"]["action"] == HOLD
     stage.clock.advance(120)
     assert _fire(stage, mapping_id)["result"]["kinds"]["summary"]["maxConcurrency"] == 6
-    history = FlowRecords(stage.directory.meta).state("summary").history
+    history = ThrottleCounts(stage.directory.meta).state("summary").history
     assert [(h["action"], h["value"]) for h in history] == [("widen", 6), ("widen", 4), ("narrow", 2)]
 
 
 def test_two_runs_reading_the_same_state_record_one_step(stage: Stage) -> None:
-    records = FlowRecords(stage.directory.meta)
+    records = ThrottleCounts(stage.directory.meta)
     read = records.state("summary")
     step = Step("narrow", 5, "storm")
     assert records.save("summary", read, step, stage.clock(), observed=10)

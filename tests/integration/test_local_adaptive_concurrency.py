@@ -17,7 +17,7 @@ from aijobs import runtime
 from aijobs.scheduled.dispatcher import dispatch
 from aijobs.scheduled.registry import SCHEDULED_HANDLERS
 from aijobs.settings import CronSettings
-from aijobs.store.flow import FlowRecords
+from aijobs.store.throttle_counts import ThrottleCounts
 from aijobs_cdk.stage_config import event_source_mappings_env
 from aijobs_cli.local.stack import LocalStack
 from aijobs_cli.main import app
@@ -92,7 +92,7 @@ def test_a_429_storm_narrows_the_pollers_and_quiet_widens_them(stack: LocalStack
     for _ in range(8):
         response = client.request("POST", "/jobs", {"kind": KIND, "input": "#fail:429 a throttled job"})
         assert response.status == 202, response.body
-    records = FlowRecords(runtime.directory(CronSettings.from_env(stack.resources.cron_env())).meta)
+    records = ThrottleCounts(runtime.directory(CronSettings.from_env(stack.resources.cron_env())).meta)
 
     def throttled() -> int:
         counts, _ = records.read(KIND, datetime.now(UTC) - timedelta(minutes=5))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from aijobs.aimd import HOLD, NARROW, WIDEN, FlowSettings, MinuteCount, next_step
+from aijobs.aimd import HOLD, NARROW, WIDEN, ConcurrencySettings, MinuteCount, next_step
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
-SETTINGS = FlowSettings(
+SETTINGS = ConcurrencySettings(
     ceiling=40,
     narrow_percent=10,
     narrow_min_throttles=5,
@@ -110,7 +110,7 @@ def test_an_uncapped_quiet_mapping_is_left_alone() -> None:
 
 
 def test_reserved_concurrency_one_is_never_touched() -> None:
-    reserved = FlowSettings(ceiling=1)
+    reserved = ConcurrencySettings(ceiling=1)
     assert not reserved.governed
     for current, counts in ((None, storm()), (None, [])):
         step = next_step(current, counts, now=NOW, settings=reserved)

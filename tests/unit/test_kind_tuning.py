@@ -174,13 +174,14 @@ def test_the_cron_context_answers_per_kind_and_falls_back_to_the_stage() -> None
         stuck_after=timedelta(seconds=900), clock=lambda: None,  # type: ignore[arg-type,return-value]
     )  # fmt: skip
     ctx = replace(base, limits={TUNED: KindLimits(attempts=7, lease=150, ceiling=5)})
-    assert (ctx.max_attempts_of(TUNED), ctx.lease_of(TUNED).total_seconds(), ctx.flow_of(TUNED).ceiling) == (
+    tuned = ctx.concurrency_of(TUNED)
+    assert (ctx.max_attempts_of(TUNED), ctx.lease_of(TUNED).total_seconds(), tuned.ceiling) == (
         7,
         150,
         5,
     )
     assert (ctx.max_attempts_of(PLAIN), ctx.lease_of(PLAIN).total_seconds()) == (4, 90)
-    assert ctx.flow_of(PLAIN) is ctx.flow
+    assert ctx.concurrency_of(PLAIN) is ctx.concurrency
     # A kind's ceiling never lifts the stage's.
-    capped = replace(ctx, flow=replace(ctx.flow, ceiling=3))
-    assert capped.flow_of(TUNED).ceiling == 3
+    capped = replace(ctx, concurrency=replace(ctx.concurrency, ceiling=3))
+    assert capped.concurrency_of(TUNED).ceiling == 3

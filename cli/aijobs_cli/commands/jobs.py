@@ -296,9 +296,9 @@ def status(
 
 
 def _consumers_status(target: Target, as_json: bool) -> None:
-    from aijobs.store.flow import FlowRecords
+    from aijobs.store.throttle_counts import ThrottleCounts
 
-    records = FlowRecords(target.directory().meta)
+    records = ThrottleCounts(target.directory().meta)
     data = {"consumers": {kind: records.state(kind).as_dict() for kind in target.queue_urls}}
 
     def render(data: Any) -> None:

@@ -21,7 +21,7 @@ NARROW, WIDEN, HOLD = "narrow", "widen", "hold"
 
 
 @dataclass(frozen=True)
-class FlowSettings:
+class ConcurrencySettings:
     """The thresholds (stage keys THROTTLE_* and CONCURRENCY_*, see docs/concepts/flow-control.md)."""
 
     # The highest value the controller sets; 1 means reserved concurrency 1: never adjusted.
@@ -86,7 +86,7 @@ def next_step(
     counts: Sequence[MinuteCount],
     *,
     now: datetime,
-    settings: FlowSettings,
+    settings: ConcurrencySettings,
     last_narrowed_at: datetime | None = None,
     last_widened_at: datetime | None = None,
 ) -> Step:

@@ -63,9 +63,9 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
     from aijobs.consumer.registry import QUEUE_HANDLERS
     from aijobs.consumer.retry import RetryPolicy
     from aijobs.providers.registry import build_provider
-    from aijobs.store.flow import FlowRecords
     from aijobs.store.model_alerts import ModelAlerts
     from aijobs.store.results import ResultStore
+    from aijobs.store.throttle_counts import ThrottleCounts
 
     plan = settings.plans.get(settings.queue_name)
     return Consumer(
@@ -98,7 +98,7 @@ def build_consumer(settings: ConsumerSettings, clock: Callable[[], datetime] = u
         tenant_max_running=settings.tenant_max_running,
         tenant_hold=timedelta(seconds=settings.tenant_hold_seconds),
         meter=ThrottleMeter(
-            FlowRecords(aws.dynamodb().Table(settings.meta_table_name)), settings.queue_name, clock
+            ThrottleCounts(aws.dynamodb().Table(settings.meta_table_name)), settings.queue_name, clock
         ),
         spend=spend_brake(settings, clock),
         model=plan.model if plan is not None else None,
@@ -232,7 +232,7 @@ def build_cron_context(settings: CronSettings, clock: Callable[[], datetime] = u
         clock=clock,
         control=ConsumerControl(aws.on_first_use(aws.lambda_)),
         mappings=settings.event_source_mappings,
-        flow=settings.flow,
+        concurrency=settings.concurrency,
         limits=settings.kind_limits,
         plans=settings.plans,
         # Bedrock's control plane (the weekly model check only), in the function's own region.

@@ -1,5 +1,5 @@
 """The consumer's throttle meter: attempts and throttled attempts of its kind, counted in memory and
-flushed to the kind's per-minute counter (aijobs.store.flow) for the adaptive concurrency cron.
+flushed to the kind's per-minute counter (aijobs.store.throttle_counts) for the adaptive concurrency cron.
 
 A flush is one `UpdateItem` at the end of a batch that saw a throttle (the controller should see a
 429 storm within the minute), otherwise at most every FLUSH_INTERVAL, so a busy consumer spends a
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from aijobs.observability import logger
-from aijobs.store.flow import FlowRecords
+from aijobs.store.throttle_counts import ThrottleCounts
 
 FLUSH_INTERVAL = timedelta(seconds=30)
 
 
 class ThrottleMeter:
-    def __init__(self, records: FlowRecords, kind: str, clock: Callable[[], datetime]) -> None:
+    def __init__(self, records: ThrottleCounts, kind: str, clock: Callable[[], datetime]) -> None:
         self._records = records
         self._kind = kind
         self._clock = clock

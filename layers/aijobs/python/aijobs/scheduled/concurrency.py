@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aijobs.aimd import FlowSettings, next_step
+from aijobs.aimd import ConcurrencySettings, next_step
 from aijobs.observability import METRIC_CONSUMER_CONCURRENCY, emit, logger
 from aijobs.scheduled.context import CronContext, CronRun
-from aijobs.store.flow import FlowRecords
+from aijobs.store.throttle_counts import ThrottleCounts
 
 
 def run_concurrency_control(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    if not ctx.flow.governed or not ctx.mappings:
+    if not ctx.concurrency.governed or not ctx.mappings:
         return {"cron": run.expression, "kinds": results, "note": "no mapping to adjust"}
     assert ctx.control is not None
-    records = FlowRecords(ctx.meta)
+    records = ThrottleCounts(ctx.meta)
     failed: list[str] = []
     for kind in ctx.kinds:
         mapping_id = ctx.mappings.get(kind)
@@ -43,10 +43,10 @@ def run_concurrency_control(run: CronRun, ctx: CronContext) -> dict[str, Any]:
     return result
 
 
-def _control_kind(ctx: CronContext, records: FlowRecords, kind: str, mapping_id: str) -> dict[str, Any]:
+def _control_kind(ctx: CronContext, records: ThrottleCounts, kind: str, mapping_id: str) -> dict[str, Any]:
     assert ctx.control is not None
     now = ctx.clock()
-    settings: FlowSettings = ctx.flow_of(kind)
+    settings: ConcurrencySettings = ctx.concurrency_of(kind)
     counts, state = records.read(kind, now - settings.lookback)
     current = ctx.control.max_concurrency(mapping_id)
     step = next_step(

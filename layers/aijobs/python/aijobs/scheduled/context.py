@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from aijobs.aimd import FlowSettings
+from aijobs.aimd import ConcurrencySettings
 from aijobs.alerts import Alerts
 from aijobs.bindings import KindLimits
 from aijobs.mappings import ConsumerControl
@@ -45,13 +45,13 @@ class CronContext:
     # (none with QUEUE_MAX_CONCURRENCY=1), and the thresholds.
     control: ConsumerControl | None = None
     mappings: dict[str, str] = field(default_factory=dict)
-    flow: FlowSettings = field(default_factory=FlowSettings)
+    concurrency: ConcurrencySettings = field(default_factory=ConcurrencySettings)
     # The weekly model check (aijobs.scheduled.models): the stage's provider plan per kind, and
     # Bedrock's control plane in the function's own region (created when first called).
     plans: dict[str, KindPlan] = field(default_factory=dict)
     bedrock: Callable[[], Any] | None = None
     # Kinds whose declaration changes the stage's attempt budget, lease or concurrency ceiling
-    # (KIND_LIMITS); a kind not listed has `max_attempts`, `lease` and `flow.ceiling`.
+    # (KIND_LIMITS); a kind not listed has `max_attempts`, `lease` and `concurrency.ceiling`.
     limits: dict[str, KindLimits] = field(default_factory=dict)
 
     def max_attempts_of(self, kind: str) -> int:
@@ -62,9 +62,9 @@ class CronContext:
         own = self.limits.get(kind)
         return timedelta(seconds=own.lease) if own is not None else self.lease
 
-    def flow_of(self, kind: str) -> FlowSettings:
+    def concurrency_of(self, kind: str) -> ConcurrencySettings:
         """The controller's thresholds for a kind, with its own ceiling (never above the stage's)."""
         own = self.limits.get(kind)
         if own is None:
-            return self.flow
-        return replace(self.flow, ceiling=min(own.ceiling, self.flow.ceiling))
+            return self.concurrency
+        return replace(self.concurrency, ceiling=min(own.ceiling, self.concurrency.ceiling))

@@ -20,7 +20,7 @@ from aijobs.settings import _WebhookQueueSettings, register_getter
 from aijobs.settings.parts import _PlanSettings, _QueueSettings
 
 if TYPE_CHECKING:
-    from aijobs.aimd import FlowSettings
+    from aijobs.aimd import ConcurrencySettings
 
 
 class CronSettings(_QueueSettings, _WebhookQueueSettings, _PlanSettings):
@@ -60,10 +60,10 @@ class CronSettings(_QueueSettings, _WebhookQueueSettings, _PlanSettings):
         return None if isinstance(value, str) and not value.strip() else value
 
     @property
-    def flow(self) -> FlowSettings:
-        from aijobs.aimd import FlowSettings  # the cron dispatcher's own code
+    def concurrency(self) -> ConcurrencySettings:
+        from aijobs.aimd import ConcurrencySettings  # the cron dispatcher's own code
 
-        return FlowSettings(
+        return ConcurrencySettings(
             ceiling=self.queue_max_concurrency or ESM_MAX_CONCURRENCY_MAX,
             narrow_percent=self.throttle_narrow_percent,
             narrow_min_throttles=self.throttle_narrow_min,

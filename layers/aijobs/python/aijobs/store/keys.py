@@ -222,7 +222,7 @@ def webhook_secret_pk(user_id: str) -> str:
 FLOW_PREFIX = "FLOW#"
 
 
-def flow_pk(kind: str) -> str:
+def concurrency_pk(kind: str) -> str:
     """A kind's adaptive-concurrency partition: per-minute throttle counters and the controller's state."""
     return f"{FLOW_PREFIX}{kind}"
 

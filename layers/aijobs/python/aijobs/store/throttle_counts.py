@@ -1,9 +1,11 @@
 """Adaptive concurrency in the meta table: per-kind, per-minute throttle counters and the controller's state.
 
-One partition per kind, `FLOW#<kind>`: the consumers add to `MINUTE#<yyyy-mm-ddThh:mm>` items (one
-`UpdateItem ADD` per flush, TTL two hours), the cron keeps `STATE` (current value, last changes,
-reason, a short history, a version). `STATE` sorts after every `MINUTE#`, so one Query from the
-oldest minute a run needs returns the counters and the state together.
+One partition per kind, `FLOW#<kind>` (the prefix predates the module's name and stays, so counters
+and state written by earlier versions are still read): the consumers add to
+`MINUTE#<yyyy-mm-ddThh:mm>` items (one `UpdateItem ADD` per flush, TTL two hours), the cron keeps
+`STATE` (current value, last changes, reason, a short history, a version). `STATE` sorts after
+every `MINUTE#`, so one Query from the oldest minute a run needs returns the counters and the
+state together.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from aijobs.aimd import MinuteCount, Step
-from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, flow_pk, iso, parse_iso
+from aijobs.store.keys import PK, SK, TTL_ATTRIBUTE, concurrency_pk, iso, parse_iso
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -81,14 +83,14 @@ def _state(item: dict[str, Any] | None) -> FlowState:
     )
 
 
-class FlowRecords:
+class ThrottleCounts:
     def __init__(self, meta: Table) -> None:
         self._meta = meta
 
     def add(self, kind: str, now: datetime, *, attempts: int, throttled: int, instance: str) -> None:
         """Add one consumer instance's counts to the kind's counter of this minute."""
         self._meta.update_item(
-            Key={PK: flow_pk(kind), SK: minute_sk(now)},
+            Key={PK: concurrency_pk(kind), SK: minute_sk(now)},
             UpdateExpression="ADD attempts :a, throttled :t, instances :i SET #ttl = :ttl",
             ExpressionAttributeNames={"#ttl": TTL_ATTRIBUTE},
             ExpressionAttributeValues={
@@ -106,7 +108,7 @@ class FlowRecords:
         query: dict[str, Any] = {
             "KeyConditionExpression": "#pk = :pk AND #sk >= :from",
             "ExpressionAttributeNames": {"#pk": PK, "#sk": SK},
-            "ExpressionAttributeValues": {":pk": flow_pk(kind), ":from": minute_sk(since)},
+            "ExpressionAttributeValues": {":pk": concurrency_pk(kind), ":from": minute_sk(since)},
         }
         while True:
             page = self._meta.query(**query)
@@ -128,14 +130,14 @@ class FlowRecords:
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def state(self, kind: str) -> FlowState:
-        item = self._meta.get_item(Key={PK: flow_pk(kind), SK: STATE_SK}).get("Item")
+        item = self._meta.get_item(Key={PK: concurrency_pk(kind), SK: STATE_SK}).get("Item")
         return _state(item)
 
     def save(self, kind: str, read: FlowState, step: Step, now: datetime, *, observed: int | None) -> bool:
         """Record the kind's value (and `step`, when it changed it), if the state is still the
         version `read`; False when another run wrote it first (a lost race: nothing to do)."""
         item: dict[str, Any] = {
-            PK: flow_pk(kind),
+            PK: concurrency_pk(kind),
             SK: STATE_SK,
             "version": read.version + 1,
             "checked_at": iso(now),
