@@ -84,7 +84,7 @@ INT_KEYS: dict[str, _IntKey] = {
     "BATCH_SIZE": _IntKey(5, 1, 10_000, "records per consumer invocation (above 10 needs a window)"),
     "BATCH_WINDOW_SECONDS": _IntKey(10, 0, 300, "how long the event-source mapping gathers a batch"),
     "CONSUMER_TIMEOUT_SECONDS": _IntKey(60, 3, 900, "queue consumer Lambda timeout"),
-    "CONSUMER_MEMORY_MB": _IntKey(512, 128, 10240, "queue consumer Lambda memory"),
+    "CONSUMER_MEMORY_MB": _IntKey(256, 128, 10240, "queue consumer Lambda memory"),
     "SHARD_COUNT": _IntKey(1, 1, 32, "tenant shard tables"),
     "INDEX_BUCKETS": _IntKey(8, 1, 64, "write-sharding buckets of the index partitions all tenants share"),
     # 0 (the default) reads exactly INDEX_BUCKETS; see docs/operations/scale.md for changing the count.

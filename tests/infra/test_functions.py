@@ -96,6 +96,23 @@ def test_functions_share_one_set_of_defaults(dev: Synth) -> None:
         assert log_group["RetentionInDays"] == 14  # LOG_RETENTION_DAYS=14 in .env.dev
 
 
+# Each function's memory as chosen from scripts/benchmark_memory.py (docs/operations/cost.md,
+# "Memory per function"): the stage's CONSUMER_MEMORY_MB for a text kind, 512 for the kinds whose
+# consumer holds the model's media bytes (their declarations), 256 for every other function.
+MEDIA_MEMORY_MB = {"image-generate": 512, "tts-generate": 512}
+
+
+def test_each_function_gets_the_memory_chosen_for_it(dev: Synth) -> None:
+    assert dev.config.consumer_memory_mb == 256
+    for handler in ("api", "dlq_consumer", "cron_dispatcher", "webhook_consumer"):
+        (props,) = dev.functions_by_handler(f"{handler}.handler.handler").values()
+        assert props["MemorySize"] == 256, handler
+    consumers = dev.functions_by_handler("queue_consumer.handler.handler").values()
+    memory = {props["Environment"]["Variables"]["QUEUE_NAME"]: props["MemorySize"] for props in consumers}
+    assert memory == {kind: MEDIA_MEMORY_MB.get(kind, 256) for kind in dev.config.queue_names}
+    assert memory["video-generate"] == 256  # the provider writes the video to S3: no bytes held
+
+
 def test_each_function_has_its_own_role_without_managed_policies(dev: Synth) -> None:
     roles = [target_id(r["Properties"]["Role"]) for r in dev.resources("AWS::Lambda::Function").values()]
     assert len(set(roles)) == len(roles)

@@ -74,7 +74,10 @@ def test_a_kind_without_tuning_keeps_the_stages_values(tuned: Synth) -> None:
     queue, (_, function), (_, mapping) = _queue(tuned, PLAIN), _consumer(tuned, PLAIN), _mapping(tuned, PLAIN)
     assert queue["VisibilityTimeout"] == config.visibility_timeout_seconds
     assert queue["RedrivePolicy"]["maxReceiveCount"] == config.max_receive_count
-    assert (function["Timeout"], function["MemorySize"]) == (config.consumer_timeout_seconds, 512)
+    assert (function["Timeout"], function["MemorySize"]) == (
+        config.consumer_timeout_seconds,
+        config.consumer_memory_mb,
+    )
     assert function["Environment"]["Variables"]["MAX_RETRIES"] == str(config.max_retries)
     assert mapping["BatchSize"] == config.batch_size
     assert "ScalingConfig" not in mapping

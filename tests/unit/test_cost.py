@@ -165,7 +165,7 @@ def test_article_workload_on_aws_by_hand() -> None:
     # One long-poll per job by default (GET /jobs/{id}?wait=), waiting 2 s in a 256 MB function.
     assert est.quantity("Lambda", "API (producer) invocations") == 20_000 + 20_000
     assert est.quantity("Lambda", "API long-poll waits") == pytest.approx(20_000 * 2.0 * 0.25)
-    assert est.quantity("Lambda", "consumer duration") == pytest.approx(21_400 * 2.0 * 0.5)
+    assert est.quantity("Lambda", "consumer duration") == pytest.approx(21_400 * 2.0 * 0.25)  # 256 MB
     assert est.quantity("API Gateway", "HTTP API requests") == 40_000
     # The default crons: the dev stage's */10 and */5.
     assert est.quantity("EventBridge Scheduler", "schedule invocations") == (6 + 12) * 730
@@ -270,8 +270,8 @@ def test_retries_and_dlq_add_the_expected_requests() -> None:
 
     assert failing.quantity("Lambda", "consumer invocations") == 23
     assert clean.quantity("Lambda", "consumer invocations") == 20
-    assert failing.quantity("Lambda", "consumer duration") == pytest.approx(deliveries * 2.0 * 512 / 1024)
-    assert clean.quantity("Lambda", "consumer duration") == pytest.approx(100 * 2.0 * 512 / 1024)
+    assert failing.quantity("Lambda", "consumer duration") == pytest.approx(deliveries * 2.0 * 256 / 1024)
+    assert clean.quantity("Lambda", "consumer duration") == pytest.approx(100 * 2.0 * 256 / 1024)
     assert failing.quantity("Lambda", "DLQ consumer invocations") == 1
     assert clean.quantity("Lambda", "DLQ consumer invocations") == 0
     # Only succeeded jobs write results (one object each in the measured profile).
@@ -587,6 +587,13 @@ def test_the_stage_decides_crons_shards_kinds_and_retries() -> None:
         2,
         7,
     )
+    # The kinds' mean memory: summary and embedding at CONSUMER_MEMORY_MB, tts-generate its own 512.
+    assert fields["consumer_memory_mb"] == round((256 + 256 + 512) / 3) == 341
+
+
+def test_a_stage_without_kinds_prices_its_consumers_at_the_stage_memory() -> None:
+    config = parse_stage_config("t", {"QUEUE_NAMES": "", "PROVIDER": "local", "CONSUMER_MEMORY_MB": "384"})
+    assert stage_workload(config)["consumer_memory_mb"] == 384
 
 
 def test_a_larger_job_row_costs_more_units_on_job_rows_only() -> None:

@@ -721,3 +721,18 @@ def test_queue_retention_must_be_shorter_than_its_dlqs_and_the_dlqs_than_the_par
 def test_queue_retention_defaults_to_four_days_and_the_dlqs_to_seven() -> None:
     config = _parse()
     assert (config.queue_retention_days, config.dlq_retention_days) == (4, 7)
+
+
+def test_consumers_get_the_stage_memory_unless_their_kind_declares_its_own() -> None:
+    default = _parse(QUEUE_NAMES="summary;image-generate;tts-generate;video-generate")
+    assert INT_KEYS["CONSUMER_MEMORY_MB"].default == default.consumer_memory_mb == 256
+    memory = {kind: default.queue_tuning(kind).memory_mb for kind in default.queue_names}
+    assert memory == {"summary": 256, "image-generate": 512, "tts-generate": 512, "video-generate": 256}
+    raised = _parse(QUEUE_NAMES="summary;image-generate", CONSUMER_MEMORY_MB="1024")
+    assert (raised.queue_tuning("summary").memory_mb, raised.queue_tuning("image-generate").memory_mb) == (
+        1024,
+        512,
+    )
+    for wrong in ("127", "10241", "lots"):
+        with pytest.raises(ConfigError, match="CONSUMER_MEMORY_MB"):
+            _parse(QUEUE_NAMES="summary", CONSUMER_MEMORY_MB=wrong)

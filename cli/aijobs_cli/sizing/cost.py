@@ -188,7 +188,9 @@ class Workload(BaseModel):
     message_kb: float = Field(default=1.0, gt=0, le=1024)
     batch_size: int = Field(default=5, ge=1, le=10_000)
     batch_window_seconds: int = Field(default=10, ge=0, le=300)
-    consumer_memory_mb: int = Field(default=512, ge=128, le=10_240)
+    #: The consumers' memory (CONSUMER_MEMORY_MB; a stage's: the mean of its kinds' own, see
+    #: stage_workload). 256: a text kind's consumer (docs/operations/cost.md, "Memory per function").
+    consumer_memory_mb: int = Field(default=256, ge=128, le=10_240)
     #: Consumer time per delivered message (seconds), mostly waiting on the model provider.
     consumer_avg_seconds: float = Field(default=2.0, ge=0)
     api_memory_mb: int = Field(default=256, ge=128, le=10_240)
@@ -452,7 +454,13 @@ def stage_workload(config: StageConfig) -> dict[str, Any]:
         "max_retries": config.max_retries,
         "batch_size": config.batch_size,
         "batch_window_seconds": config.batch_window_seconds,
-        "consumer_memory_mb": config.consumer_memory_mb,
+        # Jobs are priced as spread evenly over the kinds: their consumers' mean memory (a media
+        # kind's declaration keeps more than the stage's CONSUMER_MEMORY_MB).
+        "consumer_memory_mb": round(
+            sum(config.queue_tuning(kind).memory_mb for kind in config.queue_names) / len(config.queue_names)
+        )
+        if config.queue_names
+        else config.consumer_memory_mb,
     }
 
 

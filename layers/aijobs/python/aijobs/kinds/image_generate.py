@@ -19,5 +19,7 @@ KIND = Kind(
     price=5,
     # Up to four images of several seconds each: one job per consumer invocation, so no job waits
     # behind another's images and a batch never runs into the consumer's timeout.
-    tuning=Tuning(batch_size=1),
+    # The images come back base64-encoded in the response and are held (encoded and decoded) until
+    # stored: more memory than the stage's text consumers (docs/operations/cost.md, "Memory per function").
+    tuning=Tuning(batch_size=1, memory_mb=512),
 )

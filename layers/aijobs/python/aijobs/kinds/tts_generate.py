@@ -6,7 +6,7 @@ synthesis task the consumer re-checks without spending attempts.
 
 from __future__ import annotations
 
-from aijobs.kinds.base import Inputs, Kind
+from aijobs.kinds.base import Inputs, Kind, Tuning
 
 KIND = Kind(
     name="tts-generate",
@@ -16,4 +16,7 @@ KIND = Kind(
     models={"polly": None, "local": "local-tts-1"},
     inputs=Inputs(max_chars=100_000),
     price=3,
+    # Polly's audio of a short text comes back in the response and is held whole until stored:
+    # more memory than the stage's text consumers (docs/operations/cost.md, "Memory per function").
+    tuning=Tuning(memory_mb=512),
 )
