@@ -125,7 +125,7 @@ def _records(stage: Any, url: str, arn: str) -> list[dict[str, Any]]:
 def _consumer_batch(stage: Any, kind: str, handler: Any, context: Any) -> int:
     """A full batch of the kind's jobs through the handler, again while a job is still running (a
     video's re-checks); the batch's size."""
-    batch = stage.resources.config.queue_tuning(kind).batch_size
+    batch: int = stage.resources.config.queue_tuning(kind).batch_size
     for _ in range(batch):
         stage.submit(USER, kind, INPUTS[kind])
     url, arn = stage.resources.queue_urls[kind], stage.resources.queue_arns[kind]
@@ -147,7 +147,7 @@ def _api_batch(stage: Any, handler: Any, context: Any) -> int:
 
     key = stage.directory.create_api_key(USER)
     stage.store_for(USER).ledger.grant(USER, 10_000, stage.clock() + timedelta(days=30))
-    batch = stage.resources.config.batch_size
+    batch: int = stage.resources.config.batch_size
     for _ in range(batch):
         event = load_event("api-post-jobs.json")
         event["headers"] = {"content-type": "application/json", "authorization": f"Bearer {key}"}
@@ -165,7 +165,7 @@ def _dlq_batch(stage: Any, handler: Any, context: Any) -> int:
     """A stage batch of dead letters (events/sqs-dlq-batch.json's shape) for real queued jobs."""
     from tests.integration.harness import load_event
 
-    batch = stage.resources.config.batch_size
+    batch: int = stage.resources.config.batch_size
     template = load_event("sqs-dlq-batch.json")["Records"][0]
     records = []
     for index in range(batch):
@@ -201,12 +201,13 @@ def _cron_batch(handler: Any, context: Any) -> int:
 
 def _environment(stage: Any, function: str, kind: str) -> dict[str, str]:
     resources = stage.resources
-    return {
+    env: dict[str, str] = {
         "api": resources.api_env,
         "dlq_consumer": resources.dlq_env,
         "cron_dispatcher": resources.cron_env,
         "webhook_consumer": resources.webhook_env,
     }.get(function, lambda: resources.consumer_env(kind))()
+    return env
 
 
 def _largest_object(stage: Any) -> int:
@@ -286,7 +287,8 @@ def measure() -> dict[str, dict[str, float]]:
 
 
 COLUMNS = (
-    "import", "ru_maxrss import", "batch", "succeeded", "batch +", "tracemalloc", "after batch", "estimate",
+    "import CPU s", "import", "ru_maxrss import", "batch", "succeeded", "batch +", "tracemalloc",
+    "after batch", "estimate",
     "largest result", "held",
 )  # fmt: skip
 
