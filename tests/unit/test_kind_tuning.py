@@ -38,7 +38,7 @@ def test_a_kind_without_tuning_has_the_stages_values() -> None:
         45,
         2,
         7,
-        512,
+        256,
     )
     assert tuning.lease_seconds == config.lease_seconds == 45 + LEASE_MARGIN_SECONDS
     assert tuning.visibility_timeout_seconds == config.visibility_timeout_seconds
