@@ -12,21 +12,22 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aijobs import aws
-from aijobs.alerts import Alerts
-from aijobs.domain import utcnow
-from aijobs.operator import Operator
-from aijobs.provider_plan import KindPlan, plans_from_setting
-from aijobs.queues import JobQueues
-from aijobs.scheduled.context import CronContext
 from aijobs.store.keys import IndexBuckets
-from aijobs.store.spend import SpendRecords
-from aijobs.store.tenants import Directory
-from aijobs.webhooks.secrets import WebhookSecrets
-from aijobs_cdk.stage_config import StageConfig, binding_name, split_list
-from aijobs_cli.local.stack import local_environment
+
+# The collaborators (boto3, the layer's store and queues, the stage's configuration, the local
+# stack) are imported by the methods that build them: a job command through the HTTP API (`aijobs
+# status <id>`) needs none of them, and starts faster without (docs/operations/performance.md).
+if TYPE_CHECKING:
+    from aijobs.operator import Operator
+    from aijobs.provider_plan import KindPlan
+    from aijobs.queues import JobQueues
+    from aijobs.scheduled.context import CronContext
+    from aijobs.store.spend import SpendRecords
+    from aijobs.store.tenants import Directory
+    from aijobs.webhooks.secrets import WebhookSecrets
+    from aijobs_cdk.stage_config import StageConfig
 
 
 class TargetError(Exception):
@@ -101,6 +102,9 @@ class Target:
             spend_cap_usd=info.get("spend_daily_cap_usd", ""),
             spend_time_zone=info.get("spend_time_zone", "UTC"),
         )
+        from aijobs import aws
+        from aijobs_cli.local.stack import local_environment
+
         os.environ.update(local_environment(info["aws_endpoint_url"]))
         aws.reset_clients()
         return target
@@ -113,6 +117,8 @@ class Target:
         if region:
             os.environ["AWS_DEFAULT_REGION"] = region
         import boto3
+
+        from aijobs_cdk.stage_config import split_list
 
         try:
             stack = boto3.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
@@ -207,6 +213,9 @@ class Target:
         return value
 
     def directory(self) -> Directory:
+        from aijobs import aws
+        from aijobs.store.tenants import Directory
+
         resource = aws.dynamodb()
         return Directory(
             resource.Table(self._need(self.meta_table, "meta table")),
@@ -215,6 +224,9 @@ class Target:
         )
 
     def queues(self) -> JobQueues:
+        from aijobs import aws
+        from aijobs.queues import JobQueues
+
         return JobQueues(
             aws.sqs(),
             self._need(self.queue_urls, "queue URLs"),
@@ -229,18 +241,30 @@ class Target:
                 f"stage {self.stage!r} has no spend brake: set SPEND_DAILY_CAP_USD in .env.{self.stage} "
                 "and deploy (or restart `aijobs dev`)"
             )
+        from aijobs import aws
+        from aijobs.store.spend import SpendRecords
+
         return SpendRecords(aws.dynamodb().Table(self._need(self.meta_table, "meta table")))
 
     def webhook_secrets(self) -> WebhookSecrets:
+        from aijobs import aws
+        from aijobs.webhooks.secrets import WebhookSecrets
+
         return WebhookSecrets(aws.dynamodb().Table(self._need(self.meta_table, "meta table")))
 
     def operator(self) -> Operator:
+        from aijobs.domain import utcnow
+        from aijobs.operator import Operator
+
         return Operator(directory=self.directory(), queues=self.queues(), clock=utcnow)
 
     def deployed_plans(self) -> tuple[dict[str, KindPlan], str]:
         """The provider plan a deployed stage runs with, read from its cron dispatcher's
         environment (the plan its weekly model check reads), and the stage's region (from that
         function's ARN). Needs `lambda:GetFunctionConfiguration` on it."""
+        from aijobs import aws
+        from aijobs.provider_plan import plans_from_setting
+
         function = self._need(self.cron_function, "cron dispatcher function (output CronDispatcherFunction)")
         try:
             config = aws.lambda_().get_function_configuration(FunctionName=function)
@@ -255,6 +279,11 @@ class Target:
         return plans_from_setting(env), config["FunctionArn"].split(":")[3]
 
     def cron_context(self, config: StageConfig) -> CronContext:
+        from aijobs import aws
+        from aijobs.alerts import Alerts
+        from aijobs.domain import utcnow
+        from aijobs.scheduled.context import CronContext
+
         return CronContext(
             stage=self.stage,
             directory=self.directory(),
@@ -283,6 +312,8 @@ def _buckets(write: Any, read: Any) -> IndexBuckets:
 
 def _binding(kind: str) -> str:
     """The output-id form of a queue's binding (CloudFormation ids drop the underscores)."""
+    from aijobs_cdk.stage_config import binding_name
+
     return binding_name(kind).replace("_", "")
 
 

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from aijobs_cli.commands._common import (
@@ -126,6 +125,8 @@ def _watch(
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Poll the jobs (and the report) until all finish or `timeout` passes, with progress bars on
     stderr: the finished jobs by id, and the report's job once it finished."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     report_job: dict[str, Any] | None = None
     final: dict[str, Any] = {}
     deadline = time.monotonic() + timeout

@@ -17,7 +17,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from aijobs.domain import JobStatus
 from aijobs.errors import CANCELLED
 from aijobs_cli.commands._common import (
     EXIT_CANCELLED,
@@ -253,6 +252,8 @@ def submit(
 
 def wait_exit_code(job: Mapping[str, Any]) -> int:
     """How `submit --wait` exits for the job it waited for (docs/operations/runbook.md)."""
+    from aijobs.domain import JobStatus
+
     if job["status"] == JobStatus.SUCCEEDED:
         return 0
     if job["status"] != JobStatus.FAILED_FINAL:
@@ -343,6 +344,8 @@ def children(
     as_json: AsJson = False,
 ) -> None:
     """List a workflow job's children (its parts), in part order, a page at a time."""
+    from aijobs.domain import JobStatus
+
     statuses = [member.value for member in JobStatus]
     if status is not None and status not in statuses:
         raise _fail(f"--status {escape(repr(status))} is not a job status; one of: {', '.join(statuses)}")

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from aijobs_cdk.stage_config import ConfigError
 from aijobs_cli.commands._common import (
     DEFAULT_INFO,
     AsJson,
@@ -55,6 +54,7 @@ def dev(
     Real models on a laptop: `--provider summary=openai --openai-base-url http://127.0.0.1:11434/v1`
     (the key, if the server wants one, comes from the OPENAI_API_KEY environment variable)."""
     from aijobs_cdk.stage import load_stage_config
+    from aijobs_cdk.stage_config import ConfigError
     from aijobs_cli.local.stack import LocalStack
 
     overrides: dict[str, object] = {}
@@ -179,6 +179,7 @@ def events(
     schedule (`schedule-<handler>.json`), and the hand-written events of events/ (API, DLQ,
     webhooks). `aijobs sam-env` writes the same, naming a deployed stage's real queues."""
     from aijobs_cdk.stage import load_stage_config
+    from aijobs_cdk.stage_config import ConfigError
     from aijobs_cli.local.sample_events import stage_events, write_events
 
     try:

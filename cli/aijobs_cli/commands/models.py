@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -19,8 +19,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from aijobs.provider_plan import KindPlan
-from aijobs.providers.lifecycle import ACTIVE, LEGACY, UNKNOWN, ModelLifecycle
+# The lifecycle's names (and botocore with them) are imported by the functions that use them, so
+# `aijobs --help` does not load them.
+if TYPE_CHECKING:
+    from aijobs.provider_plan import KindPlan
+    from aijobs.providers.lifecycle import ModelLifecycle
 
 models_app = typer.Typer(help="The models a stage calls: their lifecycle on Bedrock.", no_args_is_help=True)
 
@@ -32,7 +35,6 @@ EXIT_NEEDS_ACTION = 1  # a model is Legacy, past its end of life, or unknown to 
 EXIT_UNREAD = 2  # no model needs action, but a lifecycle could not be read (permissions, throttling)
 
 COLUMNS = ("model", "region", "status", "legacy", "end of life", "kinds")
-_STYLES = {ACTIVE: "green", LEGACY: "yellow", UNKNOWN: "magenta"}
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -61,6 +63,8 @@ def rows(checks: Iterable[ModelLifecycle]) -> list[dict[str, str]]:
 
 
 def exit_code(checks: Iterable[ModelLifecycle]) -> int:
+    from aijobs.providers.lifecycle import ACTIVE, UNKNOWN
+
     statuses = {check.status for check in checks}
     if statuses - {ACTIVE, UNKNOWN}:
         return EXIT_NEEDS_ACTION
@@ -70,6 +74,10 @@ def exit_code(checks: Iterable[ModelLifecycle]) -> int:
 def _render(found: list[dict[str, str]]) -> None:
     # Model ids, regions, statuses and dates are never cut (an ellipsis would hide which model it
     # is); the kinds wrap between names. Compact borders: the rows fit an 88-column terminal.
+    from aijobs.providers.lifecycle import ACTIVE, LEGACY, UNKNOWN
+
+    styles = {ACTIVE: "green", LEGACY: "yellow", UNKNOWN: "magenta"}
+
     def fixed(name: str) -> Column:
         return Column(name, no_wrap=True, min_width=max(len(name), *(len(row[name]) for row in found)))
 
@@ -82,7 +90,7 @@ def _render(found: list[dict[str, str]]) -> None:
         collapse_padding=True,
     )
     for row in found:
-        style = _STYLES.get(row["status"], "red")
+        style = styles.get(row["status"], "red")
         table.add_row(*(escape(row[c]) for c in COLUMNS), style=style if row["status"] != ACTIVE else None)
     out.print(table)
     for row in found:

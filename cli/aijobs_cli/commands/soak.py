@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from aijobs_cdk.stage_config import ConfigError
 from aijobs_cli.commands._common import (
     ApiKey,
     ApiUrl,
@@ -122,6 +121,8 @@ def _deployed_target(
     aws_target = _target(None, api_url, api_key, stack, profile, region) if stack else None
     max_retries = 3
     inputs: dict[str, Any] = {}
+    from aijobs_cdk.stage_config import ConfigError
+
     try:
         from aijobs_cdk.stage import load_stage_config
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, tzinfo
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -16,7 +16,6 @@ from aijobs.bounds import (
     SPEND_CAP_USD,
     BoundError,
 )
-from aijobs.store.spend import SpendRecords
 from aijobs_cli.commands._common import (
     AsJson,
     InfoFile,
@@ -32,6 +31,9 @@ from aijobs_cli.commands._common import (
     whole,
 )
 from aijobs_cli.target import Target, TargetError
+
+if TYPE_CHECKING:
+    from aijobs.store.spend import SpendRecords
 
 spend_app = typer.Typer(
     help="The daily model-spend brake (operators): today's spend, caps, release.", invoke_without_command=True
