@@ -67,6 +67,7 @@ bench: bootstrap
 	$(BIN)/python scripts/benchmark.py
 	$(BIN)/python scripts/benchmark_deployed.py
 	$(BIN)/python scripts/benchmark_local.py
+	$(BIN)/python scripts/benchmark_cli.py
 
 ## Fuzz the HTTP API from its OpenAPI document (schemathesis against the local stack, three keys; ~2 min).
 ## schemathesis lives in its own venv: its dependency pins clash with the project's.
