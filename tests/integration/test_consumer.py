@@ -11,6 +11,7 @@ import pytest
 from aijobs.domain import JobStatus
 from aijobs.errors import ProviderAuthError
 from aijobs.kinds.registry import require
+from aijobs.store.results import INLINE_RESULT_BYTES
 from aijobs_cli.local.esm import LambdaContext, sqs_record
 from tests.integration.harness import Stage, consumer_event, sqs_on
 
@@ -33,7 +34,19 @@ def test_emulated_records_have_the_shape_of_the_sample_event(stage: Stage) -> No
     assert json.loads(record["body"]) == {"jobId": job.job_id, "userId": "alice", "kind": "summary"}
 
 
-def test_a_job_succeeds_with_its_result_stored_under_its_id(stage: Stage) -> None:
+def _result_objects(stage: Stage, job_id: str) -> list[str]:
+    listing = boto3.client("s3").list_objects_v2(Bucket=stage.resources.bucket, Prefix=f"results/{job_id}/")
+    return sorted(obj["Key"] for obj in listing.get("Contents", []))
+
+
+def _row_item(stage: Stage, user_id: str, job_id: str) -> dict[str, Any]:
+    table = stage.store_for(user_id)._table
+    item: dict[str, Any] = table.get_item(Key={"pk": f"USER#{user_id}", "sk": f"JOB#{job_id}"})["Item"]
+    return item
+
+
+def test_a_small_result_lives_on_its_row_only(stage: Stage) -> None:
+    """A result document up to INLINE_RESULT_BYTES with no artifacts: no S3 object, no ref."""
     job = stage.submit("alice", "summary", TEXT)
     (outcome,) = stage.drain("summary")
     assert outcome.failed_ids == []
@@ -41,11 +54,40 @@ def test_a_job_succeeds_with_its_result_stored_under_its_id(stage: Stage) -> Non
     assert row.status is JobStatus.SUCCEEDED
     assert row.attempts == 1
     assert row.model == "local-text-1"
-    assert row.result_ref == f"results/{job.job_id}/main/result.json"
     assert row.result["output"]["summary"]
-    stored = boto3.client("s3").get_object(Bucket=stage.resources.bucket, Key=row.result_ref)
-    assert json.loads(stored["Body"].read())["output"] == row.result["output"]
+    assert row.result["artifacts"] == []
+    assert len(json.dumps(row.result).encode()) <= INLINE_RESULT_BYTES
+    assert row.result_ref is None
+    assert _result_objects(stage, job.job_id) == []
     assert stage.receive(stage.resources.queue_urls["summary"]) == []
+
+
+def test_a_large_result_is_stored_under_its_id(stage: Stage) -> None:
+    """Above INLINE_RESULT_BYTES the document is `result.json` in S3 and the row keeps only its key."""
+    job = stage.submit("alice", "embedding", "vector me", options={"dimensions": 256})
+    (outcome,) = stage.drain("embedding")
+    assert outcome.failed_ids == []
+    row = stage.job(job)
+    assert row.status is JobStatus.SUCCEEDED
+    assert row.result_ref == f"results/{job.job_id}/main/result.json"
+    assert row.result is None
+    stored = boto3.client("s3").get_object(Bucket=stage.resources.bucket, Key=row.result_ref)
+    body = stored["Body"].read()
+    assert len(body) > INLINE_RESULT_BYTES
+    assert json.loads(body)["output"]["dimensions"] == 256
+    assert _result_objects(stage, job.job_id) == [row.result_ref]
+
+
+def test_a_replayed_delivery_of_a_small_result_job_changes_nothing(stage: Stage) -> None:
+    """At least once: the message again after the success finds the row final, writes nothing."""
+    job = stage.submit("alice", "summary", TEXT)
+    list(stage.drain("summary"))
+    before = _row_item(stage, "alice", job.job_id)
+    stage.send(job)
+    list(stage.drain("summary"))
+    assert _row_item(stage, "alice", job.job_id) == before
+    assert _result_objects(stage, job.job_id) == []
+    assert stage.provider.calls == {job.job_id: 1}
 
 
 def test_transient_failures_back_off_and_then_succeed(stage: Stage) -> None:

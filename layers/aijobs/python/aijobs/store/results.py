@@ -17,8 +17,11 @@ if TYPE_CHECKING:
 
 INPUTS_PREFIX = "inputs/"
 RESULTS_PREFIX = "results/"
-# Results up to this size are also kept on the row, so a status poll returns them directly.
-INLINE_RESULT_BYTES = 4096
+# A result document (output and artifact keys, as JSON) up to this size lives on the job row only:
+# no S3 object, no resultRef. It adds at most one write unit (DynamoDB bills writes per started KB)
+# to each copy of the row a later write pays for, while a PUT costs as much as 8 (docs/concepts/api.md,
+# "Results"; docs/operations/cost.md). Larger ones, and any job with artifacts, get `result.json`.
+INLINE_RESULT_BYTES = 1024
 PRESIGNED_URL_SECONDS = 900
 # Multipart parts of a streamed result (S3's minimum part size is 5 MiB).
 STREAM_PART_BYTES = 8 * 1024 * 1024
@@ -130,12 +133,23 @@ class ResultStore:
         output: Any,
         artifacts: tuple[Artifact, ...],
         stored: tuple[str, ...] = (),
-    ) -> tuple[str, Any]:
-        """Write the output JSON and artifacts; returns (result_ref, the output if small enough to inline).
+    ) -> tuple[str | None, Any]:
+        """Store a step's result: returns (result_ref, inline), the row's two result fields.
 
-        Keys are fixed by job id and step: a replayed step overwrites the same objects.
+        A small document (up to `INLINE_RESULT_BYTES`) of a step with no artifacts is the row's
+        alone: (None, document), nothing written here. Otherwise the artifacts and `result.json`
+        go to S3 and the ref is returned, with the document too when it is small enough for the
+        row. Keys are fixed by job id and step: a replayed step overwrites the same objects.
         """
         prefix = result_prefix(job_id, step)
+        document = {
+            "output": output,
+            "artifacts": [*stored, *(prefix + artifact.name for artifact in artifacts)],
+        }
+        body = json.dumps(document).encode()
+        inline = document if len(body) <= INLINE_RESULT_BYTES else None
+        if inline is not None and not document["artifacts"]:
+            return None, inline
         for artifact in artifacts:
             self._s3.put_object(
                 Bucket=self._bucket,
@@ -143,15 +157,9 @@ class ResultStore:
                 Body=artifact.data,
                 ContentType=artifact.content_type,
             )
-        document = {
-            "output": output,
-            "artifacts": [*stored, *(prefix + artifact.name for artifact in artifacts)],
-        }
-        body = json.dumps(document).encode()
         self._s3.put_object(
             Bucket=self._bucket, Key=prefix + "result.json", Body=body, ContentType="application/json"
         )
-        inline = document if len(body) <= INLINE_RESULT_BYTES else None
         return prefix + "result.json", inline
 
     def read_json(self, key: str) -> Any:
