@@ -166,9 +166,20 @@ def test_full_path_post_consume_get_shows_the_result(api: Api) -> None:
     assert body["result"]["summary"] in TEXT
     # The kind's `sentences` option reached the model (its system text): one sentence.
     assert body["result"]["summary"].count(". ") == 0
+    # A small result is the row's only copy: inline, with no S3 object to link to.
+    assert body["resultRef"] is None
+    assert body["resultUrl"] is None
+    assert body["finishedAt"] is not None
+
+
+def test_a_large_result_is_linked_not_inlined(api: Api) -> None:
+    job_id = api.submit(kind="embedding", input="vector me", options={"dimensions": 256})["jobId"]
+    list(api.stage.drain("embedding"))
+    status, body = api.get(job_id)
+    assert (status, body["status"]) == (200, "succeeded")
+    assert body["result"] is None
     assert body["resultRef"] == f"results/{job_id}/main/result.json"
     assert body["resultUrl"].startswith("https://")
-    assert body["finishedAt"] is not None
 
 
 def test_list_jobs_is_newest_first_paginated_and_filtered(api: Api) -> None:

@@ -66,8 +66,8 @@ class Hooks:
         port = self.receiver.base_url.split(":")[2].split("/")[0]
         return f"http://{HOST}:{port}/hook"
 
-    def submit(self, text: str, url: str | None = None) -> Job:
-        request = JobRequest(kind="summary", input=text, callbackUrl=url or self.url)
+    def submit(self, text: str, url: str | None = None, **options: Any) -> Job:
+        request = JobRequest(kind="summary", input=text, options=options, callbackUrl=url or self.url)
         job, _ = self.api.submit(Principal(USER), request, None)
         return job
 
@@ -194,10 +194,22 @@ def test_end_to_end_the_outcome_is_signed_posted_once_and_shown_on_the_job(hooks
     assert event["data"]["job"]["jobId"] == job.job_id
     assert event["data"]["job"]["status"] == "succeeded"
     assert "input" not in json.dumps(event["data"]["job"])
+    assert event["data"]["job"]["resultRef"] is None  # a small result: on the row only
     assert hooks.resolved == [HOST]
     view = hooks.api.view(hooks.api.get(principal, job.job_id)).callback
     assert view is not None
     assert (view.state, view.attempts, view.lastStatus) == ("delivered", 1, 200)
+
+
+def test_a_large_result_is_named_by_its_object_in_the_event(hooks: Hooks) -> None:
+    _secret(hooks)
+    text = " ".join(f"Sentence {n} says how queue number {n} decoupled its work." for n in range(60))
+    job = hooks.submit(text, sentences=60)
+    list(hooks.stage.drain("summary"))
+    hooks.receiver.reply({"ok": True})
+    assert hooks.deliver() == 1
+    (request,) = hooks.receiver.requests
+    assert request.json["data"]["job"]["resultRef"] == f"results/{job.job_id}/main/result.json"
 
 
 def test_a_cancelled_job_sends_job_failed(hooks: Hooks) -> None:
