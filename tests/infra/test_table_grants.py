@@ -703,7 +703,9 @@ def test_every_object_call_of_the_producer_is_granted(
 ) -> None:
     """An upload form, a submit by `inputRef` (HEAD), one naming a missing object (HEAD: 404 here,
     403 on AWS where the producer may not list), and a finished job's download link."""
-    done = stage.submit("alice", "summary", "One sentence. And a second one.")
+    # A result too large for its row, so the job has an object to link to (INLINE_RESULT_BYTES).
+    long_text = " ".join(f"Sentence {n} says how queue number {n} decoupled its work." for n in range(60))
+    done = stage.submit("alice", "summary", long_text, options={"sentences": 60})
     list(stage.drain("summary"))
     with recorded_producer(stage, monkeypatch) as (api, log):
         text = b"Queues decouple work. The consumer runs it."
