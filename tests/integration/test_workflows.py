@@ -202,7 +202,8 @@ def test_report_summarizes_every_chunk_then_the_summaries(
 
 def test_report_from_an_uploaded_document_with_large_parts(stage: Stage, api: Call) -> None:
     """A multi-page upload: the price is estimated from its size at submit and settled to the true
-    chunk count at the split; parts too large for a row are stored in S3 and read by the child."""
+    chunk count at the split; parts too large for a row are stored in S3 and read by the child, and
+    so are the children's results too large for theirs, read back by the merge."""
     pages = "\n\n".join(
         " ".join(f"Page {page} sentence {n} talks about subject {page * 7 + n}." for n in range(120))
         for page in range(12)
@@ -212,7 +213,8 @@ def test_report_from_an_uploaded_document_with_large_parts(stage: Stage, api: Ca
         Bucket=stage.resources.bucket, Key=ref, Body=pages.encode(), ContentType="text/plain"
     )
     before = balance(stage)
-    job_id = submit(api, {"kind": "report", "inputRef": ref, "options": {"chunkChars": 12000}})
+    options = {"chunkChars": 12000, "sentences": 40}
+    job_id = submit(api, {"kind": "report", "inputRef": ref, "options": options})
     estimate = -(-len(pages.encode()) // 12000)
     assert before - balance(stage) == 3 + 2 * estimate
     run_until_idle(stage)
@@ -222,6 +224,16 @@ def test_report_from_an_uploaded_document_with_large_parts(stage: Stage, api: Ca
     kids = children(stage, job_id)
     assert any(kid.input_ref and "/parts/" in kid.input_ref for kid in kids)
     assert all(kid.status is JobStatus.SUCCEEDED for kid in kids)
+    assert all(kid.result is None and kid.result_ref for kid in kids)  # over INLINE_RESULT_BYTES
+    view = api("GET", f"/jobs/{job_id}")[1]
+    result = (
+        view["result"]
+        or json.loads(
+            boto3.client("s3").get_object(Bucket=stage.resources.bucket, Key=view["resultRef"])["Body"].read()
+        )["output"]
+    )
+    assert [part["index"] for part in result["parts"]] == list(range(total))
+    assert all(part["summary"] for part in result["parts"])
     assert net_charge(stage, job_id) == 3 + 2 * total
     ledger_holds(stage)
 
