@@ -276,6 +276,8 @@ PROFILE_PATHS = {
     "consumer.dead_letter": "the last allowed attempt failing retryably: the message goes to the DLQ",
     "consumer.failed_final": "one delivery whose attempt fails for good (a 400)",
     "dlq.dead_letter": "the DLQ consumer per dead-lettered job: row finalized, entry recorded, alert sent",
+    "consumer.success_webhook": "a first-try success of a job with a callbackUrl (its delivery queued)",
+    "webhook.delivery": "the webhook consumer per delivery answered 2xx: row read, claimed, signed, settled",
 }
 CRON_DESCRIPTION = "one run of the cron registered as {!r} on a stage with one shard and nothing due"
 DISPATCHER_DESCRIPTION = (
@@ -414,6 +416,7 @@ def measure_profile() -> Any:
                 log.clear()
             (dead,) = [job_id for job_id, label in labels.items() if label == "dead"]
             row = stage.store_for("alice")._table.get_item(Key=_job_key("alice", dead))["Item"]
+            _webhook_paths(stage, sqs, log, keep)
         job_row_bytes = item_size(_low_level(row))
     paths |= _cron_paths(SCHEDULED_HANDLERS)
     missing = (set(PROFILE_PATHS) | {f"cron {e}" for e in SCHEDULED_HANDLERS} | {CRON_DISPATCHER}) - set(
@@ -430,6 +433,50 @@ def measure_profile() -> Any:
         job_row_bytes=job_row_bytes,
         paths=dict(sorted(paths.items())),
     )
+
+
+class _Answered:
+    """The receiver's side of a webhook POST, answered 2xx: no AWS call, so nothing to measure."""
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> Any:
+        from aijobs.webhooks.transport import Answer
+
+        return Answer(status=204)
+
+
+def _webhook_paths(stage: Any, sqs: Any, log: Any, keep: Callable[[str], None]) -> None:
+    """A job with a callbackUrl: its first-try success (which queues the delivery) and the
+    delivery itself, its POST answered 2xx. The job is submitted through the API's service (a
+    loopback URL, as the local stage allows; the submit is not what is measured here). `sqs` is
+    made outside the recording, like the event-source mapping's calls."""
+    from aijobs import runtime
+    from aijobs.api.schemas import JobRequest
+    from aijobs.settings import WebhookSettings
+    from aijobs.store.tenants import Principal
+    from aijobs.webhooks.urls import UrlPolicy
+
+    with environment(stage.resources.api_env()):
+        runtime.reset_runtime()
+        service = runtime.api_service()
+        service.clock = stage.clock
+        service.webhook_policy = UrlPolicy(allow_http=True, allow_loopback=True)
+        service.rotate_webhook_secret(Principal("alice"))
+        request = JobRequest(kind="summary", input=TEXT, callbackUrl="http://127.0.0.1:9/hook")
+        service.submit(Principal("alice"), request, None)
+    resources = stage.resources
+    consumer = stage.consumer("summary")
+    log.clear()
+    url, arn = resources.queue_urls["summary"], resources.queue_arns["summary"]
+    assert _deliver_one(stage, sqs, url, arn, consumer.handle) is not None
+    keep("consumer.success_webhook")
+    hooks = runtime.build_webhook_consumer(
+        WebhookSettings.from_env(resources.webhook_env()), clock=stage.clock
+    )
+    hooks.poster = _Answered()  # type: ignore[assignment]
+    log.clear()
+    hook_url, hook_arn = resources.webhook_queue_url, resources.webhook_queue_arn
+    assert _deliver_one(stage, sqs, hook_url, hook_arn, hooks.handle) is not None
+    keep("webhook.delivery")
 
 
 def _cron_paths(handlers: Any) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from aijobs_cli.sizing.cost_lines import poll_reads
 ARTICLE = Workload(jobs_per_month=20_000, retry_rate=0.05, dlq_rate=0.01)
 POLLS_PER_POLLER = 730 * 3600 // 20  # 131,400 twenty-second long polls in a 730-hour month
 
-SEND = "SendMessage (submits + re-check re-sends)"
+SEND = "SendMessage (submits, webhook deliveries, re-check re-sends)"
 RECEIVE = "ReceiveMessage (consumer, with messages)"
 DELETE = "DeleteMessageBatch (consumer acks)"
 VISIBILITY = "ChangeMessageVisibility (retry back-off)"
@@ -729,3 +729,37 @@ def test_a_stage_with_a_kind_and_a_cron_of_its_own_gets_figures_saying_what_was_
     report = json.loads(capacity.stdout)
     assert kind in report["inputs"]["kinds"]
     assert [note for note in report["notes"] if cron in note], report["notes"]
+
+
+def test_webhooks_are_priced_from_their_measured_paths() -> None:
+    profile = default_profile()
+    plain = estimate(_small(status_polls_per_job=0), profile=profile)
+    hooked = estimate(
+        _small(status_polls_per_job=0, webhook_rate=0.5, webhook_post_seconds=0.4), profile=profile
+    )
+    # 100 jobs, 90 first-try successes (10 retried): 45 of those queue their delivery on success;
+    # 50 deliveries in all (one per finished job that named a URL).
+    first_try = plain.workload.first_try_jobs
+    assert first_try == 90
+    sends = [c for c in profile.path("consumer.success_webhook").calls if c.operation == "SendMessage"]
+    assert len(sends) == 1
+    assert _sqs(hooked, SEND) == _sqs(plain, SEND) + 45
+    assert hooked.quantity("Lambda", "webhook consumer") == 50 / 5
+    assert hooked.quantity("Lambda", "webhook consumer duration") == pytest.approx(50 * 0.4 * 256 / 1024)
+    assert _sqs(hooked, "webhook ReceiveMessage + DeleteMessageBatch (webhook consumer)") == 10 + 10
+    _, success = profile.path("consumer.success").units()
+    _, success_hooked = profile.path("consumer.success_webhook").units()
+    delivery_reads, delivery_writes = profile.path("webhook.delivery").units()
+    assert delivery_writes > 0
+    assert delivery_reads > 0
+    assert hooked.quantity("DynamoDB", "write request units") == pytest.approx(
+        plain.quantity("DynamoDB", "write request units")
+        + 45 * (success_hooked - success)
+        + 50 * delivery_writes
+    )
+    assert hooked.quantity("DynamoDB", "read request units") == pytest.approx(
+        plain.quantity("DynamoDB", "read request units") + 50 * delivery_reads
+    )
+    # No webhook: no webhook lines at all, and a profile without the webhook paths still prices.
+    assert not [line for line in plain.lines if "webhook consumer" in line.item]
+    assert estimate(_small(), profile=PROFILE).quantity("API Gateway", "HTTP API requests") == 200

@@ -45,6 +45,9 @@ def cost(
     batch_size: Annotated[int | None, typer.Option(min=1, max=10_000, help="default: the stage's")] = None,
     polls_per_job: PollsPerJob = 1.0,
     poll_wait_seconds: PollWaitSeconds = 2.0,
+    webhook_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="share of jobs with a callbackUrl")
+    ] = 0.0,
     message_kb: Annotated[float, typer.Option(min=0.001)] = 1.0,
     job_row_kb: Annotated[
         float | None,
@@ -87,22 +90,12 @@ def cost(
         return
     try:
         workload, table = _cost_workload(
-            stage,
-            batch_size,
-            prices,
-            model_usage or [],
-            jobs_per_month=jobs,
-            retry_rate=retry_rate,
-            dlq_rate=dlq_rate,
-            failed_final_rate=failed_final_rate,
-            idempotency_key_rate=idempotency_rate,
-            status_polls_per_job=polls_per_job,
-            poll_wait_seconds=poll_wait_seconds,
-            message_kb=message_kb,
-            job_row_kb=job_row_kb,
-            model=model,
+            stage, batch_size, prices, model_usage or [], jobs_per_month=jobs, retry_rate=retry_rate,
+            dlq_rate=dlq_rate, failed_final_rate=failed_final_rate, idempotency_key_rate=idempotency_rate,
+            status_polls_per_job=polls_per_job, poll_wait_seconds=poll_wait_seconds,
+            webhook_rate=webhook_rate, message_kb=message_kb, job_row_kb=job_row_kb, model=model,
             model_provider=model_provider,
-        )
+        )  # fmt: skip
         profile = CallProfile.from_json(call_profile) if call_profile else None
         result = estimate(workload, table, profile=profile)
     except (ValidationError, OSError, ValueError, KeyError) as error:

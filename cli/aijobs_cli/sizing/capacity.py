@@ -158,6 +158,10 @@ def path_rates(i: CapacityInputs) -> dict[str, float]:
         "producer.submit_idempotent": i.idempotency_rate,
         "producer.poll": i.polls_per_job * poll_reads(i.poll_wait_seconds),
         "consumer.success": 1 - i.retry_rate - i.failed_final_rate,
+        # Webhooks are not in the capacity model (their consumer has its own mapping and table
+        # writes per delivery; `aijobs cost --webhook-rate` prices them).
+        "consumer.success_webhook": 0.0,
+        "webhook.delivery": 0.0,
         "consumer.retry": recovered + i.dlq_rate * i.max_retries,
         "consumer.success_after_retry": recovered,
         "consumer.dead_letter": i.dlq_rate,

@@ -201,6 +201,10 @@ class Workload(BaseModel):
     #: Seconds a status call holds the API function waiting for the job (a long-poll is billed as
     #: Lambda duration for its whole wait: about the job's queueing and model time); 0 for short polls.
     poll_wait_seconds: float = Field(default=2.0, ge=0, le=20)
+    #: Share of jobs submitted with a callbackUrl: each finished one is one webhook delivery, a POST
+    #: that holds the webhook consumer (256 MB) `webhook_post_seconds` (the receiver's answer time).
+    webhook_rate: float = Field(default=0.0, ge=0, le=1)
+    webhook_post_seconds: float = Field(default=0.3, ge=0, le=30)
     #: Concurrent long polls the event-source mapping keeps open on each queue (Lambda starts at 5).
     esm_pollers: int = Field(default=5, ge=0)
     #: Job kinds; each has a main queue and a DLQ, both with an event-source mapping.

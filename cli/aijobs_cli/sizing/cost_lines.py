@@ -116,17 +116,27 @@ def derivation(parts: list[tuple[str, int, Any]], unit: str = "") -> str:
 def path_counts(w: Workload) -> dict[str, int]:
     """How many times each measured path runs in the month (crons apart)."""
     idempotent = share(w.jobs_per_month, w.idempotency_key_rate)
+    hooked = share(w.first_try_jobs, w.webhook_rate)
     return {
         "producer.submit": w.jobs_per_month - idempotent,
         "producer.submit_idempotent": idempotent,
         "producer.poll": share(w.jobs_per_month, w.status_polls_per_job) * poll_reads(w.poll_wait_seconds),
-        "consumer.success": w.first_try_jobs,
+        "consumer.success": w.first_try_jobs - hooked,
+        "consumer.success_webhook": hooked,
+        "webhook.delivery": webhook_deliveries(w),
         "consumer.retry": w.retries,
         "consumer.success_after_retry": w.recovered_jobs,
         "consumer.dead_letter": w.dead_lettered_jobs,
         "consumer.failed_final": w.failed_final_jobs,
         "dlq.dead_letter": w.dead_lettered_jobs,
     }
+
+
+def webhook_deliveries(w: Workload) -> int:
+    """Webhook deliveries in the month: one per finished job that named a callbackUrl. Only a
+    first-try success's send to the delivery queue is measured (`consumer.success_webhook`); the
+    other fates' sends (a few percent of the jobs) are left out."""
+    return share(w.jobs_per_month, w.webhook_rate)
 
 
 def _cron_share(path: PathProfile, w: Workload) -> list[tuple[PathProfile, int, str]]:
@@ -144,7 +154,12 @@ def _cron_share(path: PathProfile, w: Workload) -> list[tuple[PathProfile, int, 
 
 def month_runs(w: Workload, profile: CallProfile) -> tuple[list[Run], int, list[str]]:
     """Every measured path the month runs, the cron runs in all, and the crons the profile lacks."""
-    runs: list[Run] = [(name, profile.path(name), count, False) for name, count in path_counts(w).items()]
+    # A path the month never runs may be missing from an older or hand-made profile (webhooks).
+    runs: list[Run] = [
+        (name, profile.path(name), count, False)
+        for name, count in path_counts(w).items()
+        if count or name in profile.paths
+    ]
     cron_runs_total = 0
     estimated_crons = []
     for expression, per_hour in w.cron_runs.items():
@@ -230,7 +245,7 @@ def sqs_lines(ledger: Ledger) -> None:
     w, sqs, per_message = ledger.workload, ledger.prices.sqs_standard_per_million_requests, ledger.per_message
     sends = ledger.tally("sqs", "SendMessage", "queue")
     ledger.add(
-        "SQS", "SendMessage (submits + re-check re-sends)",
+        "SQS", "SendMessage (submits, webhook deliveries, re-check re-sends)",
         sum(c * r for _, c, r in sends) + w.rechecks * per_message, "requests", sqs, MILLION,
         f"{derivation(sends)} + {w.rechecks:,} re-checks x {per_message}; each {w.message_kb:g} KB "
         f"message is {per_message} chunk(s) of 64 KB; retries re-receive, never re-send",
@@ -277,6 +292,13 @@ def sqs_mapping_lines(ledger: Ledger) -> None:
         "SQS", "DLQ DeleteMessageBatch", batched_calls(dlq, per_call), "requests", sqs, MILLION,
         f"{dlq:,} DLQ messages / {per_call} per call",
     )  # fmt: skip
+    hooks = webhook_deliveries(w)
+    if hooks:
+        ledger.add(
+            "SQS", "webhook ReceiveMessage + DeleteMessageBatch (webhook consumer)",
+            receive_requests(hooks, per_call, w.message_kb) + batched_calls(hooks, per_call), "requests",
+            sqs, MILLION, f"{hooks:,} deliveries / {per_call} per call, received and acked",
+        )  # fmt: skip
     polls_per_poller = int(hours * 3600 // LONG_POLL_SECONDS)
     polled = 2 * w.queues + 1  # every kind's queue and DLQ, and the webhook delivery queue
     ledger.add(
@@ -333,6 +355,16 @@ def lambda_lines(ledger: Ledger) -> None:
         gb_seconds(dlq, w.dlq_consumer_avg_ms / 1000, w.dlq_consumer_memory_mb), "GB-seconds", lam_gbs, 1,
         f"{dlq:,} messages x {w.dlq_consumer_avg_ms:g} ms x {w.dlq_consumer_memory_mb} MB / 1024",
     )  # fmt: skip
+    hooks = webhook_deliveries(w)
+    if hooks:
+        add(
+            "Lambda", "webhook consumer", batched_calls(hooks, w.batch_size), "requests", lam_req, MILLION,
+            f"{hooks:,} deliveries ({w.webhook_rate:g} of the jobs) / batch of {w.batch_size}",
+        )  # fmt: skip
+        add(
+            "Lambda", "webhook consumer duration", gb_seconds(hooks, w.webhook_post_seconds, 256),
+            "GB-seconds", lam_gbs, 1, f"{hooks:,} POSTs x {w.webhook_post_seconds:g} s x 256 MB / 1024",
+        )  # fmt: skip
     add(
         "Lambda", "cron dispatcher invocations", cron_runs_total, "requests", lam_req, MILLION,
         f"{ledger.cron_note} x {hours:g} h", fixed=True,

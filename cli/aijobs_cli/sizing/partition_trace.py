@@ -101,7 +101,7 @@ def step_rates(
     rates = {
         "submit": runs("producer.submit", "producer.submit_idempotent"),
         "claim": sum(rate for name, rate in path_rates.items() if name.startswith("consumer.")),
-        "succeed": runs("consumer.success", "consumer.success_after_retry"),
+        "succeed": runs("consumer.success", "consumer.success_webhook", "consumer.success_after_retry"),
         "fail_retryable": runs("consumer.retry"),
         "fail_final": runs("consumer.failed_final", "consumer.dead_letter"),
         "grant": grants_per_job,
