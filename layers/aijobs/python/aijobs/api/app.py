@@ -9,11 +9,13 @@ integer conversion that raises.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 from aijobs.api import errors
 from aijobs.api.auth import authenticate
@@ -21,7 +23,28 @@ from aijobs.api.routes import admin, classify, console, credits, docs, jobs, upl
 from aijobs.api.screening import allowed_methods, screened
 from aijobs.errors import ProviderError, RequestError
 
-app = APIGatewayHttpResolver(enable_validation=True)
+
+class ContainerResolver(APIGatewayHttpResolver):
+    """The resolver, keeping the request it is resolving on itself.
+
+    powertools sets the current event and Lambda context on its `BaseRouter` class, shared by
+    every resolver of the process, and the routers read them back through their resolver. One
+    Lambda container runs one invocation at a time, so that is safe in Lambda; the local stack runs
+    its API containers as threads of one process (each with its own resolver), where one request's
+    route would read another's body. Kept on the instance, each resolver reads its own.
+    """
+
+    def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        self.__dict__["lambda_context"] = context
+        return super().resolve(event, context)
+
+    def _to_proxy_event(self, event: dict[str, Any]) -> BaseProxyEvent:
+        proxy = super()._to_proxy_event(event)
+        self.__dict__["current_event"] = proxy
+        return proxy
+
+
+app = ContainerResolver(enable_validation=True)
 app.use([authenticate])
 
 app.exception_handler(RequestError)(errors.request_error)
