@@ -68,6 +68,7 @@ from aijobs_cli.sizing.cost_lines import (
     sqs_mapping_lines,
     unpriced_calls,
 )
+from aijobs_cli.sizing.floor import design_floor, floor_sentence
 
 ASSUMPTIONS: tuple[str, ...] = (
     "Free tiers are not subtracted (AWS or Cloudflare): they are per account and shared.",
@@ -637,6 +638,7 @@ def render_text(estimate: Estimate) -> str:
         f"AWS backbone per 1M jobs: ${estimate.per_million_jobs_usd:,.2f} at {w.jobs_per_month:,} jobs/month "
         f"(fixed costs spread over them), ${estimate.variable_per_million_jobs_usd:,.2f} variable"
     )
+    out.append(floor_sentence(estimate))
     if estimate.model_rates:
         usage = ", ".join(f"{key}={value:g}" for key, value in w.model_usage_per_job.items())
         out.append(f"Model per 1M jobs ({usage} per succeeded job; list prices, verify them):")
@@ -678,6 +680,9 @@ def to_dict(estimate: Estimate) -> dict[str, Any]:
         "aws_total_usd": estimate.aws_total_usd,
         "aws_per_million_jobs_usd": estimate.per_million_jobs_usd,
         "aws_variable_per_million_jobs_usd": estimate.variable_per_million_jobs_usd,
+        "design_floor_per_million_jobs_usd": design_floor(
+            estimate.workload, estimate.prices
+        ).per_million_jobs_usd,
         "model_per_million_jobs": [rate.model_dump(mode="json") for rate in estimate.model_rates],
         "unpriced_calls": estimate.unpriced_calls,
         "measured_kinds": estimate.measured_kinds,
