@@ -280,3 +280,22 @@ def test_credits_show_prints_text_or_the_api_s_json(api: Callable[[Answer], None
     assert "model spend by day: 2026-12-01 $0.01" in shown.stdout
     as_json = CliRunner().invoke(app, ["credits", "show", "--json"])
     assert json.loads(as_json.stdout) == body
+
+
+def test_the_dev_banner_long_polls_and_names_the_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from aijobs_cli.commands import local
+
+    stack = SimpleNamespace(
+        api_key="aj_user", admin_key="aj_admin", api_url="http://127.0.0.1:8080",
+        endpoint_url="http://127.0.0.1:5000", info=lambda: {"demo_user": "demo"},
+    )  # fmt: skip
+    config = SimpleNamespace(stage="local", queue_names=("summary",))
+    local._print_banner(stack, config, Path(".aijobs/local.json"))  # type: ignore[arg-type]
+    printed = capsys.readouterr().out
+    # The job's status is one long-poll (answered when the job is done), not a polling loop.
+    assert (
+        'curl -s "http://127.0.0.1:8080/jobs/<jobId>?wait=20" -H "Authorization: Bearer aj_user"' in printed
+    )
+    assert "aj_admin" in printed

@@ -88,7 +88,7 @@ def _print_banner(stack: LocalStack, config: StageConfig, info_file: Path) -> No
             f'curl -s -X POST {stack.api_url}/jobs -H "Authorization: Bearer {key}" \\',
             '  -H "Content-Type: application/json" \\',
             """  -d '{"kind":"summary","input":"#fail:503x2 A long text. To summarise."}'""",
-            f'curl -s {stack.api_url}/jobs/<jobId> -H "Authorization: Bearer {key}"',
+            f'curl -s "{stack.api_url}/jobs/<jobId>?wait=20" -H "Authorization: Bearer {key}"',
             f'curl -s {stack.api_url}/credits -H "Authorization: Bearer {key}"',
             f"aijobs demo --info-file {info_file}",
         ]
