@@ -282,7 +282,9 @@ def test_credits_show_prints_text_or_the_api_s_json(api: Callable[[Answer], None
     assert json.loads(as_json.stdout) == body
 
 
-def test_the_dev_banner_long_polls_and_names_the_keys(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_dev_banner_long_polls_and_names_the_keys_and_the_console(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from pathlib import Path
 
     from aijobs_cli.commands import local
@@ -299,3 +301,5 @@ def test_the_dev_banner_long_polls_and_names_the_keys(capsys: pytest.CaptureFixt
         'curl -s "http://127.0.0.1:8080/jobs/<jobId>?wait=20" -H "Authorization: Bearer aj_user"' in printed
     )
     assert "aj_admin" in printed
+    # The console's address is in the banner, with the key it takes.
+    assert "http://127.0.0.1:8080/console   (sign in with the admin key)" in printed

@@ -98,6 +98,7 @@ def _print_banner(stack: LocalStack, config: StageConfig, info_file: Path) -> No
         f"[bold]API[/bold]        {stack.api_url}   (OpenAPI: {stack.api_url}/openapi.json)\n"
         f"[bold]API key[/bold]    {key}   (user '{stack.info()['demo_user']}', with credits)\n"
         f"[bold]admin key[/bold]  {stack.admin_key}   (operator: {stack.api_url}/_local/*, `aijobs resume`)\n"
+        f"[bold]console[/bold]    {stack.api_url}/console   (sign in with the admin key)\n"
         f"[bold]AWS (moto)[/bold] {stack.endpoint_url}\n"
         f"[bold]stage[/bold]      {config.stage}: queues {', '.join(config.queue_names)}\n"
         f"[bold]info file[/bold]  {info_file}\n\n{examples}\n\nCtrl-C stops it."
